@@ -1,0 +1,53 @@
+"""nbgrader configuration for the attention & Transformers course.
+
+Run every nbgrader command from this folder (the course root).
+"""
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+from attncourse.course import SECTIONS  # noqa: E402
+
+# The grading kernels inherit this environment:
+# - ATTNCOURSE_ROOT tells the hidden tests where the instructor's reference data lives;
+# - warnings are silenced so that a correct answer is never marked down for a
+#   warning printed on stderr (nbgrader scores a test cell with stderr output 0);
+# - matplotlib draws off-screen; the probe never reaches for a model hub.
+os.environ.setdefault("ATTNCOURSE_ROOT", str(ROOT))
+os.environ["PYTHONWARNINGS"] = "ignore"
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+c = get_config()  # noqa: F821
+
+c.CourseDirectory.root = str(ROOT)
+c.CourseDirectory.course_id = "attention-transformers"
+c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
+# Only notebooks travel with an assignment; reference data stays in graders/.
+c.CourseDirectory.include = ["*"]
+c.CourseDirectory.max_file_size = 2000  # kB; a huge submission file is skipped, not copied
+
+# Every section runs in seconds; one cell may take at most 60 s (an infinite loop
+# in a student's function is interrupted there, and only the checks that call it score zero).
+c.Execute.timeout = 60
+c.Execute.interrupt_on_timeout = True
+c.Execute.kernel_name = "python3"
+c.Execute.execute_retries = 0
+
+# Stubs the student sees in solution cells.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# A deleted grade cell is put back (and scored) rather than silently skipped.
+c.OverwriteCells.add_missing_cells = True
+
+# Keep feedback readable when a submission prints a flood of output.
+c.LimitOutput.max_lines = 200
+c.LimitOutput.max_traceback = 40
+
+c.GenerateFeedback.force = True

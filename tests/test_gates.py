@@ -1,0 +1,148 @@
+"""nbgrader's full loop for every section, as an instructor runs it.
+
+For each section, in a throw-away copy of the course: generate the release,
+then autograde in one batch
+* the instructor's source notebook (solutions in place): full marks;
+* the untouched release: zero on every autograded cell, and no crash;
+* mistake round k: every exercise's k-th known-wrong implementation injected
+  into its solution cell: the exercise's checks lose marks and the feedback
+  names the mistake, while the other exercises keep full marks;
+* variant round k: every exercise's k-th correct alternative: full marks.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+from harness import ROOT, Course, cell_text, read_nb, with_cells
+from sections import checks_of, params, with_source
+
+
+@functools.lru_cache(maxsize=None)
+def graded(section: str, tmp_root: str):
+    from pathlib import Path
+
+    from graders import available_sections, load_section
+
+    course = Course(Path(tmp_root) / section, [section])
+    course.generate(section)
+    source, release = course.source_nb(section), course.release_nb(section)
+    spec = load_section(section) if section in available_sections() else None
+    subs = {"instructor": source, "blank": release}
+    rounds = {}
+    if spec is not None:
+        for k in range(max([len(e.mistakes) for e in spec.exercises] + [0])):
+            injected = {e.name: e.mistakes[k] for e in spec.exercises if len(e.mistakes) > k}
+            subs[f"mistake{k}"] = with_cells(release, {spec.exercise(n).cell: m.code for n, m in injected.items()})
+            rounds[f"mistake{k}"] = injected
+        for k in range(max([len(e.variants) for e in spec.exercises] + [0])):
+            injected = {e.name: e.variants[k] for e in spec.exercises if len(e.variants) > k}
+            subs[f"variant{k}"] = with_cells(release, {spec.exercise(n).cell: v.code for n, v in injected.items()})
+            rounds[f"variant{k}"] = injected
+    for student, nb in subs.items():
+        course.submit(student, section, nb)
+    course.autograde(section)
+    results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
+    return course, spec, source, rounds, results
+
+
+@pytest.fixture
+def tmp_root(tmp_path_factory):
+    return str(tmp_path_factory.getbasetemp())
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_release_in_sync(section, tmp_root):
+    course, *_ = graded(section, tmp_root)
+    fresh = read_nb(course.root / "release" / section / f"{section}.ipynb")
+    committed_path = ROOT / "release" / section / f"{section}.ipynb"
+    assert committed_path.is_file(), f"release/{section} missing: run ./course generate"
+    assert fresh == read_nb(committed_path), f"release/{section} is out of date with source/: run ./course generate"
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_instructor_full_marks(section, tmp_root):
+    _, _, _, _, results = graded(section, tmp_root)
+    scores, messages = results["instructor"]
+    assert scores, "no autograded cells"
+    lost = {k: v for k, v in scores.items() if v[0] != v[1]}
+    assert not lost, {k: messages[k][-600:] for k in lost}
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_blank_release_scores_zero(section, tmp_root):
+    _, _, _, _, results = graded(section, tmp_root)
+    scores, _ = results["blank"]
+    earned = {k: v for k, v in scores.items() if v[0] != 0}
+    assert not earned, f"cells that give points to an untouched release: {earned}"
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_known_mistakes_lose_marks_and_are_named(section, tmp_root):
+    _, spec, source, rounds, results = graded(section, tmp_root)
+    if spec is None:
+        pytest.skip("section has no grader module yet")
+    problems = []
+    for student, injected in rounds.items():
+        if not student.startswith("mistake"):
+            continue
+        scores, messages = results[student]
+        for ex in spec.exercises:
+            cells = checks_of(source, ex.name)
+            assert cells, f"{ex.name}: no test cell calls GRADER.check on it"
+            got = sum(scores[c][0] for c in cells)
+            full = sum(scores[c][1] for c in cells)
+            if ex.name in injected:
+                m = injected[ex.name]
+                if got >= full:
+                    problems.append(f"{student} {ex.name}.{m.key}: kept full marks {got}/{full}")
+                text = "\n".join(messages[c] for c in cells)
+                if (m.shows or m.message) not in text:
+                    problems.append(f"{student} {ex.name}.{m.key}: feedback does not name it:\n{text[-800:]}")
+            elif got != full:
+                problems.append(f"{student} {ex.name}: lost marks though only other exercises were wrong "
+                                f"({got}/{full}): checks are not independent")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_correct_variants_full_marks(section, tmp_root):
+    _, spec, _, rounds, results = graded(section, tmp_root)
+    if spec is None:
+        pytest.skip("section has no grader module yet")
+    for student in (s for s in rounds if s.startswith("variant")):
+        scores, messages = results[student]
+        lost = {k: v for k, v in scores.items() if v[0] != v[1]}
+        assert not lost, {k: messages[k][-600:] for k in lost}
+
+
+_DECIMAL = re.compile(r"(?<![\w.])-?\d+\.\d+(?![\w.])")
+
+
+def _strip_math_and_code(text: str) -> str:
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", " ", text)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    return re.sub(r"\$[^$]*\$", " ", text)
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_prose_numbers_are_printed_by_code(section, tmp_root):
+    """Every decimal number in the prose appears (to its printed precision) in some code output."""
+    course, *_ = graded(section, tmp_root)
+    nb = course.autograded_nb(section, "instructor")
+    printed = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            printed += [float(x) for x in _DECIMAL.findall(cell_text(cell).replace("−", "-"))]
+    missing = []
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for token in _DECIMAL.findall(_strip_math_and_code(cell.source).replace("−", "-")):
+            value, places = float(token), len(token.split(".")[1])
+            if not any(abs(p - value) <= 0.5 * 10 ** -places + 1e-12 for p in printed):
+                missing.append(token)
+    assert not missing, f"numbers in the prose that no code cell prints: {sorted(set(missing))}"

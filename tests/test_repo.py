@@ -1,0 +1,90 @@
+"""Repository hygiene: clean sources, nothing secret in release/, data in sync with the specs."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from harness import ROOT, read_nb
+from sections import params, with_grader, with_source
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_source_committed_clean_with_metadata(section):
+    nb = read_nb(ROOT / "source" / section / f"{section}.ipynb")
+    graded = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs, f"source/{section} is committed with outputs"
+            assert cell.execution_count is None
+        meta = cell.metadata.get("nbgrader")
+        if meta:
+            assert meta.get("grade_id"), "nbgrader cell without grade_id"
+            graded += bool(meta.get("grade"))
+    assert graded, f"source/{section} lost its nbgrader metadata"
+
+
+def _solution_lines(nb):
+    lines, outside = set(), set()
+    for cell in nb.cells:
+        inside = False
+        for line in cell.source.splitlines():
+            s = line.strip()
+            if "BEGIN SOLUTION" in s or "BEGIN HIDDEN TESTS" in s:
+                inside = True
+                continue
+            if "END SOLUTION" in s or "END HIDDEN TESTS" in s:
+                inside = False
+                continue
+            (lines if inside else outside).add(s)
+    return {s for s in lines - outside if len(s) >= 12}
+
+
+@pytest.mark.parametrize("section", params(with_source()))
+def test_release_hides_solutions_and_hidden_tests(section):
+    src = read_nb(ROOT / "source" / section / f"{section}.ipynb")
+    rel_path = ROOT / "release" / section / f"{section}.ipynb"
+    text = rel_path.read_text()
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "GRADER.check("):
+        assert marker not in text, f"release/{section} contains {marker!r}"
+    rel = read_nb(rel_path)
+    rel_lines = {line.strip() for c in rel.cells for line in c.source.splitlines()}
+    leaked = _solution_lines(src) & rel_lines
+    assert not leaked, f"solution or hidden-test lines in release/{section}: {sorted(leaked)[:5]}"
+
+
+def _same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and (
+            torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, atol=1e-10, rtol=1e-8, equal_nan=True)))
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float):
+        return isinstance(b, float) and abs(a - b) <= 1e-10 + 1e-8 * abs(b)
+    return a == b
+
+
+@pytest.mark.parametrize("section", params(with_grader()))
+def test_reference_data_in_sync_with_spec(section):
+    from graders.build import DATA_DIR, build_section
+
+    fresh = build_section(section, log=lambda *a: None)
+    stored = torch.load(DATA_DIR / f"{section}.pt", weights_only=True)
+    assert fresh.keys() == stored.keys()
+    assert fresh["messages"] == stored["messages"], "messages changed: run python -m graders.build"
+    assert fresh["cases"].keys() == stored["cases"].keys(), "cases changed: run python -m graders.build"
+    for key in fresh["cases"]:
+        assert _same(fresh["cases"][key], stored["cases"][key]), f"{key} differs: run python -m graders.build"
+
+
+def test_student_package_has_no_solutions_or_reference_data():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'packages\s*=\s*\["attncourse"\]', pyproject), "only attncourse may be installed"
+    for path in (ROOT / "attncourse").rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".json", ".txt"):
+            text = path.read_text()
+            assert "BEGIN SOLUTION" not in text, path
+        assert path.suffix not in (".pt", ".npz", ".npy", ".pkl"), f"data file in the student package: {path}"
