@@ -35,6 +35,7 @@ import torch as _torch
 from . import trusted as T
 from .devices import best_device as _best_device
 from .diagnose import which_mistake
+from .properties import check_property as _check_property
 
 _torch_load = _torch.load
 _Module_to = _torch.nn.Module.to
@@ -138,6 +139,8 @@ class Grader:
             problem = self._run_and_compare(answer, spec, context)
         elif kind == "raises":
             problem = self._expect_raise(answer, spec, context)
+        elif kind == "property":  # invariants any correct answer has (attncourse.properties)
+            problem = _check_property(self, answer, spec, context)
         else:  # pragma: no cover - data error
             raise GradingError(f"unknown check kind {kind!r}")
         if problem is not None:

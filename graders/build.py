@@ -28,6 +28,8 @@ def define(ex: Exercise, code: str):
 
 
 def _as_tensor(value):
+    if isinstance(value, (str, dict)):  # a word or a table of words (e.g. "pick the family") is stored as is
+        return value
     return torch.as_tensor(np.asarray(value, dtype=np.float64))
 
 
