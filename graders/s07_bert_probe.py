@@ -1,0 +1,326 @@
+"""Hidden cases for section 07: probing a BERT-family model's attention.
+
+Every model-dependent reference output is computed on the SHIPPED all-MiniLM-L6-v2,
+whatever model the notebook's teaching cells chose, and in float64: a float64
+forward pass gives the same numbers on every CPU (to ~1e-15), so
+``graders/data/07_bert_probe.pt`` can be rebuilt and compared bit for bit.
+The hidden test cell of ``attention_maps`` passes the same float64 shipped model
+(``load_shipped("float64")``) to ``GRADER.check`` as ``model=`` / ``tokenizer=``.
+
+``strongest_head`` and ``special_token_share`` never need the model at grading
+time: their inputs are stored tensors (the shipped model's attention on sentences
+the student never sees, and random softmaxed tensors of other sizes).
+"""
+import torch
+
+from .spec import Case, Exercise, Mistake, Section, Variant
+
+# Sentences the student never sees in the notebook.
+HIDDEN_A = "The trophy didn't fit into the suitcase because it was too big."
+SHORT = "The trophy didn't fit, so it broke."
+HIDDEN_B = "Tokenizers split words!"
+PAIR = ("The lawyer questioned the witness, and she answered calmly.", "Did the jury believe her?")
+
+
+def _shipped():
+    from attncourse.models import load_shipped
+
+    return load_shipped("float64")
+
+
+def shipped_context():
+    m = _shipped()
+    return {"model": m.model, "tokenizer": m.tokenizer}
+
+
+def _shipped_attention(text, pair=None):
+    """(attn (L, H, T, T) float64, tokens) of the shipped model; computed at build time only."""
+    m = _shipped()
+    enc = m.tokenizer(text, pair, return_tensors="pt") if pair else m.tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        out = m.model(**enc, output_attentions=True)
+    return torch.stack(out.attentions)[:, 0], m.tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+
+
+def _random_attention(g, L, H, T, sharp=2.0):
+    """A softmaxed random (L, H, T, T) tensor: every row sums to 1."""
+    return (sharp * torch.randn(L, H, T, T, generator=g, dtype=torch.float64)).softmax(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# attention_maps
+# ---------------------------------------------------------------------------------------------
+AM_REF = '''
+def attention_maps(sentence, model, tokenizer):
+    enc = tokenizer(sentence, return_tensors="pt")                  # input_ids: (1, T)
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)                  # L tensors of (1, H, T, T)
+    attn = torch.stack(out.attentions).squeeze(1).cpu()             # (L, H, T, T)
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])  # T strings, [CLS] ... [SEP]
+    return tokens, attn
+'''
+
+AM_SOFTMAX_AGAIN = '''
+def attention_maps(sentence, model, tokenizer):
+    enc = tokenizer(sentence, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    attn = torch.stack(out.attentions).squeeze(1)
+    attn = torch.softmax(attn, dim=-1)          # "make sure the rows sum to 1"
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    return tokens, attn
+'''
+
+AM_TRANSPOSED = '''
+def attention_maps(sentence, model, tokenizer):
+    enc = tokenizer(sentence, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    attn = torch.stack(out.attentions).squeeze(1)
+    attn = attn.transpose(-2, -1)               # rows = keys, columns = queries
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    return tokens, attn
+'''
+
+AM_NO_SQUEEZE = '''
+def attention_maps(sentence, model, tokenizer):
+    enc = tokenizer(sentence, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    attn = torch.stack(out.attentions)          # (L, 1, H, T, T): the batch dimension is still there
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    return tokens, attn
+'''
+
+AM_NO_SPECIALS = '''
+def attention_maps(sentence, model, tokenizer):
+    tokens = tokenizer.tokenize(sentence)       # word pieces only: no [CLS] / [SEP]
+    enc = tokenizer(sentence, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    attn = torch.stack(out.attentions).squeeze(1)
+    return tokens, attn
+'''
+
+AM_CAT = '''
+def attention_maps(sentence, model, tokenizer):
+    ids = tokenizer.encode(sentence)                                # [CLS] ... [SEP] ids
+    input_ids = torch.tensor([ids])                                 # (1, T)
+    with torch.inference_mode():
+        out = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), output_attentions=True)
+    attn = torch.cat([a.detach().to("cpu") for a in out.attentions], dim=0)   # (L, H, T, T)
+    return [tokenizer.convert_ids_to_tokens(i) for i in ids], attn
+'''
+
+ATTENTION_MAPS = Exercise(
+    name="attention_maps",
+    cell="attention_maps",
+    reference=AM_REF,
+    context=shipped_context,
+    mistakes=[
+        Mistake("softmax_again", "softmax is applied again to the attention weights: they are already "
+                "probabilities (each row sums to 1); return them as the model gives them.", AM_SOFTMAX_AGAIN),
+        Mistake("transposed", "the last two axes are swapped: attn[l, h, i, j] must be the weight that query "
+                "token i (the row) gives to key token j (the column); do not transpose.", AM_TRANSPOSED),
+        Mistake("no_squeeze", "the batch dimension is still there: stack the L layers and remove the batch "
+                "axis of size 1 to get (L, H, T, T).", AM_NO_SQUEEZE, shows="attn has shape (6, 1, 12,"),
+        Mistake("no_specials", "tokens must include the special tokens [CLS] and [SEP] (one label per row of "
+                "the attention matrix): use convert_ids_to_tokens on the input ids.", AM_NO_SPECIALS,
+                shows="tokens has"),
+    ],
+    variants=[Variant("cat_encode", AM_CAT)],
+    cases=[
+        Case("short", "a short unseen sentence", args=[SHORT, "$ctx:model", "$ctx:tokenizer"],
+             labels=["tokens", "attn"], dtype="float64", atol=1e-4, rtol=0.0),
+        Case("subwords", "an unseen sentence with a word split into pieces",
+             args=[HIDDEN_B, "$ctx:model", "$ctx:tokenizer"], labels=["tokens", "attn"], dtype="float64",
+             atol=1e-4, rtol=0.0),
+    ],
+)
+
+# ---------------------------------------------------------------------------------------------
+# strongest_head
+# ---------------------------------------------------------------------------------------------
+SH_REF = '''
+def strongest_head(attn, tokens, query, key):
+    for name in (query, key):
+        if name not in tokens:
+            raise ValueError(f"token {name!r} is not in the sentence's tokens {tokens}")
+    i, j = tokens.index(query), tokens.index(key)    # first occurrences
+    w = attn[:, :, i, j]                               # (L, H): weight from query i to key j
+    flat = int(torch.argmax(w))                        # index into the L*H flattened grid
+    layer, head = divmod(flat, w.shape[1])
+    return layer, head, float(w[layer, head])
+'''
+
+SH_ONE_INDEXED = SH_REF.replace("return layer, head, float(w[layer, head])",
+                                "return layer + 1, head + 1, float(w[layer, head])   # 1-indexed, like the paper")
+
+SH_COLUMN = SH_REF.replace("w = attn[:, :, i, j]", "w = attn[:, :, j, i]")
+
+SH_HEAD_MEAN = '''
+def strongest_head(attn, tokens, query, key):
+    i, j = tokens.index(query), tokens.index(key)
+    per_layer = attn[:, :, i, j].mean(dim=1)           # average the heads first: (L,)
+    layer = int(per_layer.argmax())
+    head = int(attn[layer, :, i, j].argmax())
+    return layer, head, float(per_layer[layer])
+'''
+
+SH_LAST = SH_REF.replace("i, j = tokens.index(query), tokens.index(key)    # first occurrences",
+                         "i = len(tokens) - 1 - tokens[::-1].index(query)   # last occurrence\n"
+                         "    j = len(tokens) - 1 - tokens[::-1].index(key)")
+
+SH_NO_RAISE = '''
+def strongest_head(attn, tokens, query, key):
+    i = tokens.index(query) if query in tokens else -1      # -1 quietly means "the last token"
+    j = tokens.index(key) if key in tokens else -1
+    w = attn[:, :, i, j]
+    flat = int(torch.argmax(w))
+    layer, head = divmod(flat, w.shape[1])
+    return layer, head, float(w[layer, head])
+'''
+
+SH_LOOPS = '''
+def strongest_head(attn, tokens, query, key):
+    missing = [t for t in (query, key) if t not in tokens]
+    if missing:
+        raise ValueError(f"not in the tokens: {missing}")
+    q = tokens.index(query)
+    k = tokens.index(key)
+    best = (None, None, -1.0)
+    for layer in range(attn.shape[0]):
+        for head in range(attn.shape[1]):
+            weight = attn[layer, head, q, k].item()
+            if weight > best[2]:
+                best = (layer, head, weight)
+    return best
+'''
+
+
+def _toy_tokens():
+    return ["[CLS]", "the", "cat", "sat", "on", "the", "mat", ".", "[SEP]"]
+
+
+STRONGEST_HEAD = Exercise(
+    name="strongest_head",
+    cell="strongest_head",
+    reference=SH_REF,
+    mistakes=[
+        Mistake("one_indexed", "the layer and head are 1-indexed: return 0-indexed positions, so that "
+                "attn[layer, head] is the head you found (papers often count from 1; tensors do not).",
+                SH_ONE_INDEXED),
+        Mistake("column", "query and key are swapped: the weight that the query token gives to the key token "
+                "is in the query's row, attn[:, :, i_query, j_key].", SH_COLUMN),
+        Mistake("head_mean", "the heads are averaged before taking the maximum: search all L x H single heads "
+                "and return the weight of the best single head.", SH_HEAD_MEAN),
+        Mistake("last_occurrence", "use the FIRST occurrence of a repeated token (list.index), not the last.",
+                SH_LAST),
+        Mistake("no_raise", "a token that is not in the sentence must raise ValueError naming it, not fall back "
+                "to another position.", SH_NO_RAISE, shows="nothing was raised"),
+    ],
+    variants=[Variant("loops", SH_LOOPS)],
+    cases=[
+        Case("coref", "the shipped model's attention on an unseen sentence, query 'it', key 'trophy'",
+             args=lambda g: [*_shipped_attention(HIDDEN_A), "it", "trophy"],
+             labels=["layer", "head", "weight"]),
+        Case("repeated", "a random 3-layer, 5-head attention tensor where the query token occurs twice",
+             args=lambda g: [_random_attention(g, 3, 5, 9), _toy_tokens(), "the", "mat"],
+             labels=["layer", "head", "weight"], seed=1),
+        Case("key_repeated", "a random 4-layer, 7-head attention tensor where the key token occurs twice",
+             args=lambda g: [_random_attention(g, 4, 7, 9), _toy_tokens(), "cat", "the"],
+             labels=["layer", "head", "weight"], seed=2),
+        Case("missing_query", "a query token that is not in the sentence", kind="raises", raises=["ValueError"],
+             args=lambda g: [_random_attention(g, 2, 3, 9), _toy_tokens(), "dog", "mat"]),
+        Case("missing_key", "a key token that is not in the sentence", kind="raises", raises=["ValueError"],
+             args=lambda g: [_random_attention(g, 2, 3, 9), _toy_tokens(), "cat", "rug"]),
+    ],
+)
+
+# ---------------------------------------------------------------------------------------------
+# special_token_share
+# ---------------------------------------------------------------------------------------------
+STS_REF = '''
+import string
+
+def special_token_share(attn, tokens):
+    def is_punct(tok):
+        return len(tok) > 0 and all(c in string.punctuation for c in tok)
+
+    groups = {
+        "[CLS]": [j for j, t in enumerate(tokens) if t == "[CLS]"],
+        "[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],
+        "punct": [j for j, t in enumerate(tokens) if is_punct(t)],
+    }
+    shares = {}
+    for name, cols in groups.items():
+        to_group = attn[:, :, :, cols].sum(dim=-1)          # (L, H, T): weight each query gives the group
+        shares[name] = to_group.mean(dim=(1, 2)).tolist()  # mean over heads and queries: L floats
+    return shares
+'''
+
+STS_ROWS = STS_REF.replace("to_group = attn[:, :, :, cols].sum(dim=-1)", "to_group = attn[:, :, cols, :].sum(dim=-2)")
+
+STS_MEAN_KEYS = STS_REF.replace("to_group = attn[:, :, :, cols].sum(dim=-1)",
+                                "to_group = attn[:, :, :, cols].mean(dim=-1)")
+
+STS_ANY_PUNCT = STS_REF.replace("all(c in string.punctuation for c in tok)",
+                                "any(c in string.punctuation for c in tok)")
+
+STS_FIRST_SEP = STS_REF.replace('"[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],',
+                                '"[SEP]": [tokens.index("[SEP]")],')
+
+STS_SOFTMAX = STS_REF.replace("    shares = {}\n", "    attn = attn.softmax(dim=-1)\n    shares = {}\n")
+
+STS_MASKS = '''
+import string
+
+def special_token_share(attn, tokens):
+    def mask(pred):                                                   # (T,) 0/1 column selector
+        return torch.tensor([1.0 if pred(t) else 0.0 for t in tokens], dtype=attn.dtype, device=attn.device)
+
+    punct = set(string.punctuation)
+    masks = {"[CLS]": mask(lambda t: t == "[CLS]"),
+             "[SEP]": mask(lambda t: t == "[SEP]"),
+             "punct": mask(lambda t: bool(t) and set(t) <= punct)}
+    L, H, T, _ = attn.shape
+    return {k: [float(x) for x in torch.einsum("lhqk,k->l", attn, m) / (H * T)] for k, m in masks.items()}
+'''
+
+
+def _pair_attention(g):
+    attn, tokens = _shipped_attention(*PAIR)
+    return [attn, tokens]
+
+
+def _toy_pair_tokens():
+    return ["[CLS]", "wait", ",", "what", "?", "[SEP]", "no", "##pe", "!", "!", "[SEP]"]
+
+
+SPECIAL_TOKEN_SHARE = Exercise(
+    name="special_token_share",
+    cell="special_token_share",
+    reference=STS_REF,
+    mistakes=[
+        Mistake("rows", "the share is read from the wrong axis: attention TO a token is its column "
+                "(attn[..., :, j], summed over the chosen key positions), not its row.", STS_ROWS),
+        Mistake("mean_over_keys", "the weights to the group's key positions are averaged instead of summed: "
+                "a share is the total weight a query gives to all positions of the group.", STS_MEAN_KEYS),
+        Mistake("any_punct", "a token counts as punctuation only when ALL its characters are punctuation "
+                "(with any(), [CLS], [SEP] and every ##piece would count).", STS_ANY_PUNCT),
+        Mistake("first_sep", "every [SEP] position counts (a sentence pair has two), not only the first.",
+                STS_FIRST_SEP),
+        Mistake("softmax_again", "softmax is applied again to the attention weights: they already sum to 1 "
+                "over the keys; use them as they are.", STS_SOFTMAX),
+    ],
+    variants=[Variant("masks_einsum", STS_MASKS)],
+    cases=[
+        Case("pair", "the shipped model's attention on an unseen sentence pair (two [SEP])",
+             args=_pair_attention, labels=["shares"]),
+        Case("random", "a random 3-layer, 4-head attention tensor over a short sentence pair",
+             args=lambda g: [_random_attention(g, 3, 4, 11, sharp=1.5), _toy_pair_tokens()],
+             labels=["shares"], seed=3),
+    ],
+)
+
+SECTION = Section("07_bert_probe", [ATTENTION_MAPS, STRONGEST_HEAD, SPECIAL_TOKEN_SHARE])
