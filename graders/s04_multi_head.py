@@ -1,0 +1,198 @@
+"""Hidden cases for section 04: multi-head attention."""
+import torch
+
+from .spec import Case, Exercise, Mistake, Section, Variant
+
+# The solution cell of the notebook, exactly (tools/authoring/s04_multi_head.py puts it there).
+MHA_REF = '''
+class MultiHeadAttention(nn.Module):
+    """h heads of scaled dot-product attention over d_k = d_model // n_heads features each."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        ### BEGIN SOLUTION
+        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)   # W_Q, W_K, W_V of every head, stacked
+        self.out = nn.Linear(d_model, d_model)       # W_O
+        ### END SOLUTION
+
+    def forward(self, x, mask=None):
+        ### BEGIN SOLUTION
+        B, T, D = x.shape                                              # (B, T, D)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)                         # each (B, T, D)
+        q, k, v = [t.view(B, T, self.n_heads, self.d_k).transpose(1, 2)
+                   for t in (q, k, v)]                                 # each (B, h, T, d_k)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)         # (B, h, T, T)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)                        # (B, h, T, T)
+        ctx = (weights @ v).transpose(1, 2).reshape(B, T, D)           # (B, T, D): heads side by side
+        return self.out(ctx)                                           # (B, T, D)
+        ### END SOLUTION
+'''.strip("\n")
+
+
+def _mistake(old, new):
+    assert old in MHA_REF, old
+    return MHA_REF.replace(old, new)
+
+
+MHA_MISTAKES = [
+    Mistake("split_no_transpose",
+            "the heads are split by reshaping (B, T, D) straight to (B, h, T, d_k) without the transpose: the "
+            "shapes are right but each 'head' now mixes features of several tokens. View as (B, T, h, d_k), "
+            "then .transpose(1, 2).",
+            _mistake("t.view(B, T, self.n_heads, self.d_k).transpose(1, 2)", "t.reshape(B, self.n_heads, T, self.d_k)")),
+    Mistake("merge_no_transpose",
+            "the heads are merged by reshaping (B, h, T, d_k) straight to (B, T, D): transpose back to "
+            "(B, T, h, d_k) first, then reshape.",
+            _mistake("(weights @ v).transpose(1, 2).reshape(B, T, D)", "(weights @ v).reshape(B, T, D)")),
+    Mistake("scale_d_model",
+            "the scores are divided by √d_model; each head's dot products have d_k terms, so divide by √d_k.",
+            _mistake("math.sqrt(self.d_k)", "math.sqrt(D)")),
+    Mistake("no_out_proj",
+            "the output projection W_O (self.out) is skipped: the concatenated heads must go through self.out.",
+            _mistake("return self.out(ctx)", "return ctx")),
+    Mistake("mask_inverted",
+            "the mask is used the wrong way round (nn.MultiheadAttention's convention): in this course True/1 "
+            "means 'may attend', so block the positions where the mask is False/0.",
+            _mistake("scores.masked_fill(mask == 0,", "scores.masked_fill(mask.bool(),")),
+    Mistake("mask_to_cpu",
+            "the mask is moved to the CPU inside forward.",
+            _mistake("        if mask is not None:\n",
+                     "        if mask is not None:\n            mask = mask.cpu().bool()\n"),
+            shows="a tensor is created on a fixed device"),
+]
+
+MHA_EINSUM = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        D = x.shape[-1]
+        q, k, v = self.qkv(x).split(D, dim=-1)
+        q, k, v = (t.unflatten(-1, (self.n_heads, self.d_k)) for t in (q, k, v))   # (B, T, h, d_k)
+        s = torch.einsum("bqhd,bkhd->bhqk", q, k) / self.d_k ** 0.5
+        if mask is not None:
+            s = s.masked_fill(~mask.bool(), float("-inf"))
+        w = s.softmax(-1)
+        return self.out(torch.einsum("bhqk,bkhd->bqhd", w, v).flatten(-2))
+'''
+
+MHA_FUSED = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, self.d_k).permute(2, 0, 3, 1, 4)   # (3, B, h, T, d_k)
+        attn_mask = None if mask is None else mask.bool()
+        ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attn_mask)
+        return self.out(ctx.transpose(1, 2).reshape(B, T, D))
+'''
+
+D, H, B, T = 16, 4, 2, 5
+
+
+def _params(g, d=D):
+    return {
+        "qkv.weight": torch.randn(3 * d, d, generator=g) / d ** 0.5,
+        "qkv.bias": 0.1 * torch.randn(3 * d, generator=g),
+        "out.weight": torch.randn(d, d, generator=g) / d ** 0.5,
+        "out.bias": 0.1 * torch.randn(d, generator=g),
+    }
+
+
+def _x(g, b=B, t=T, d=D):
+    return torch.randn(b, t, d, generator=g)
+
+
+def _causal(t=T):
+    return torch.ones(t, t).tril().bool()
+
+
+def _padding():
+    # (B, 1, 1, T): the second sequence has two padding tokens, the first one
+    m = torch.ones(B, 1, 1, T, dtype=torch.bool)
+    m[0, ..., -1] = False
+    m[1, ..., -2:] = False
+    return m
+
+
+def _full_mask(g):
+    # (B, 1, T, T) as 0/1 floats; every row keeps at least one key and blocks at least one
+    m = (torch.rand(B, 1, T, T, generator=g) > 0.5).float()
+    idx = torch.arange(T)
+    m[..., idx, idx] = 1.0
+    m[..., idx, (idx + 1) % T] = 0.0
+    return m
+
+
+def _mha_case(name, what, mask=None, **kw):
+    def args(g):
+        return (_x(g),)
+
+    def params(g):
+        return _params(g)
+
+    kwargs = {} if mask is None else {"mask": mask}
+    return Case(name, what, kind="module", init={"d_model": D, "n_heads": H}, args=args, params=params,
+                kwargs=kwargs, seed=kw.pop("seed", 0), **kw)
+
+
+MHA = Exercise(
+    name="MultiHeadAttention",
+    cell="mha",
+    reference=MHA_REF,
+    mistakes=MHA_MISTAKES,
+    variants=[Variant("einsum", MHA_EINSUM), Variant("fused_sdpa", MHA_FUSED)],
+    cases=[
+        _mha_case("unmasked", "a batch of 2, T=5, d_model=16, 4 heads, no mask"),
+        _mha_case("causal", "a (T, T) causal mask", mask=lambda g: _causal()),
+        _mha_case("padding", "a (B, 1, 1, T) padding mask", mask=lambda g: _padding()),
+        _mha_case("full_mask", "a (B, 1, T, T) mask of 0/1 floats", mask=_full_mask),
+        _mha_case("float64", "float64, padding mask", mask=lambda g: _padding(), dtype="float64", seed=1),
+        _mha_case("bfloat16", "bfloat16, causal mask", mask=lambda g: _causal(), dtype="bfloat16", seed=2),
+        _mha_case("best_device", "on the best device (CUDA when present), padding mask",
+                  mask=lambda g: _padding(), device="best", seed=3),
+        _mha_case("meta", "on the meta device, causal mask", mask=lambda g: _causal(), device="meta"),
+        _mha_case("meta_padding", "on the meta device, padding mask", mask=lambda g: _padding(), device="meta"),
+        Case("two_heads", "d_model=12, 2 heads, T=3", kind="module", init={"d_model": 12, "n_heads": 2},
+             args=lambda g: (_x(g, b=3, t=3, d=12),), params=lambda g: _params(g, 12), seed=4),
+    ],
+)
+
+PARAMS_REF = '''
+### BEGIN SOLUTION
+mha_params = 4 * (768 * 768 + 768)
+### END SOLUTION
+'''.strip("\n")
+
+MHA_PARAMS = Exercise(
+    name="mha_params",
+    cell="mha_params",
+    reference=PARAMS_REF,
+    mistakes=[
+        Mistake("no_bias", "the biases are missing: each of the four nn.Linear layers also has d_model biases.",
+                "mha_params = 4 * 768 * 768"),
+        Mistake("three_proj", "only Q, K and V are counted: the output projection W_O is a fourth d_model × d_model "
+                "layer.", "mha_params = 3 * (768 * 768 + 768)"),
+        Mistake("one_head", "only one head's slice is counted: splitting into heads does not change the size of the "
+                "four d_model × d_model projections.", "mha_params = 4 * (768 * 64 + 64)"),
+    ],
+    cases=[Case("value", "the parameter count of a 768-wide, 12-head attention layer", kind="value", api="any",
+                atol=0.5)],
+)
+
+SECTION = Section("04_multi_head", [MHA, MHA_PARAMS])

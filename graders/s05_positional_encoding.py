@@ -1,0 +1,168 @@
+"""Hidden cases for section 05: sinusoidal positional encoding and rotary embeddings (RoPE)."""
+import torch
+
+from .spec import Case, Exercise, Mistake, Section, Variant
+
+PE_REF = '''
+def positional_encoding(T, d_model):
+    """(T, d_model) float tensor: PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same)."""
+    ### BEGIN SOLUTION
+    pos = torch.arange(T, dtype=torch.float32).unsqueeze(1)       # (T, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)      # (d_model/2,): 0, 2, 4, ...
+    angle = pos / 10000 ** (two_i / d_model)                      # (T, d_model/2)
+    pe = torch.zeros(T, d_model)                                  # (T, d_model)
+    pe[:, 0::2] = torch.sin(angle)                                # even features
+    pe[:, 1::2] = torch.cos(angle)                                # odd features
+    return pe
+    ### END SOLUTION
+'''.strip("\n")
+
+
+def _pe(old, new):
+    assert old in PE_REF, old
+    return PE_REF.replace(old, new)
+
+
+PE = Exercise(
+    name="positional_encoding",
+    cell="positional_encoding",
+    reference=PE_REF,
+    mistakes=[
+        Mistake("sin_cos_swapped", "sin and cos are swapped: even features (0, 2, 4, ...) take the sine, odd ones "
+                "the cosine.",
+                _pe("pe[:, 0::2] = torch.sin(angle)                                # even features\n"
+                    "    pe[:, 1::2] = torch.cos(angle)",
+                    "pe[:, 0::2] = torch.cos(angle)\n    pe[:, 1::2] = torch.sin(angle)")),
+        Mistake("exponent_i", "the exponent uses the pair index i instead of 2i: the denominator is "
+                "10000^(2i/d_model), so the exponents are 0, 2/d_model, 4/d_model, ...",
+                _pe("angle = pos / 10000 ** (two_i / d_model)",
+                    "angle = pos / 10000 ** (torch.arange(d_model // 2) / d_model)")),
+        Mistake("halves", "the sines fill the first half and the cosines the second half: the two are interleaved, "
+                "sin in feature 2i and cos in feature 2i+1.",
+                _pe("pe[:, 0::2] = torch.sin(angle)                                # even features\n"
+                    "    pe[:, 1::2] = torch.cos(angle)",
+                    "pe = torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)")),
+        Mistake("positions_from_1", "the positions start at 1: the first token is position 0 (its encoding is "
+                "[0, 1, 0, 1, ...]).",
+                _pe("torch.arange(T, dtype=torch.float32)", "torch.arange(1, T + 1, dtype=torch.float32)")),
+    ],
+    variants=[
+        Variant("outer_product", '''
+def positional_encoding(T, d_model):
+    inv_freq = 1.0 / 10000 ** (torch.arange(0, d_model, 2).float() / d_model)
+    angle = torch.outer(torch.arange(T).float(), inv_freq)                 # (T, d_model/2)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(T, d_model)
+'''),
+        Variant("exp_log", '''
+def positional_encoding(T, d_model):
+    position = torch.arange(T).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+'''),
+    ],
+    cases=[
+        Case("table_5x8", "T=5, d_model=8", args=(5, 8)),
+        Case("one_position", "T=1, d_model=4", args=(1, 4)),
+        Case("d6", "T=12, d_model=6", args=(12, 6)),
+        Case("long", "T=100, d_model=32", args=(100, 32)),
+    ],
+)
+
+ROPE_REF = '''
+def apply_rope(x):
+    """Rotate each feature pair (2i, 2i+1) of the token at position t by the angle t / 10000^(2i/d)."""
+    ### BEGIN SOLUTION
+    T, d = x.shape[-2], x.shape[-1]
+    work = torch.promote_types(x.dtype, torch.float32)                           # angles in float32 or better
+    pos = torch.arange(T, device=x.device, dtype=work)                           # (T,)
+    theta = 10000 ** (-torch.arange(0, d, 2, device=x.device, dtype=work) / d)   # (d/2,)
+    angle = pos[:, None] * theta[None, :]                                         # (T, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)                  # (T, d/2) each
+    a, b = x[..., 0::2], x[..., 1::2]                                             # (..., T, d/2) each
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)  # (..., T, d)
+    ### END SOLUTION
+'''.strip("\n")
+
+
+def _rope(old, new):
+    assert old in ROPE_REF, old
+    return ROPE_REF.replace(old, new)
+
+
+ROPE = Exercise(
+    name="apply_rope",
+    cell="apply_rope",
+    reference=ROPE_REF,
+    mistakes=[
+        Mistake("rotate_half", "features i and i + d/2 are rotated together (the 'rotate-half' layout some "
+                "libraries use); this contract rotates interleaved pairs (2i, 2i+1).",
+                _rope("a, b = x[..., 0::2], x[..., 1::2]", "a, b = x[..., : d // 2], x[..., d // 2:]")
+                .replace("torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)",
+                         "torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)")),
+        Mistake("exponent_i", "the frequencies use the pair index i instead of 2i: θ_i = 10000^(-2i/d), so the "
+                "exponents are 0, -2/d, -4/d, ...",
+                _rope("torch.arange(0, d, 2, device=x.device, dtype=work) / d",
+                      "torch.arange(d // 2, device=x.device, dtype=work) / d")),
+        Mistake("wrong_base", "the angle multiplies by 10000^(2i/d) instead of dividing: θ_i = 10000^(-2i/d) "
+                "gets smaller for later pairs.",
+                _rope("10000 ** (-torch.arange", "10000 ** (torch.arange")),
+        Mistake("clockwise", "the pairs turn the wrong way: rotating (a, b) by +angle gives "
+                "(a·cos − b·sin, a·sin + b·cos).",
+                _rope("[a * cos - b * sin, a * sin + b * cos]", "[a * cos + b * sin, -a * sin + b * cos]")),
+        Mistake("positions_fixed_device", "the positions are created on the CPU.",
+                _rope("torch.arange(T, device=x.device, dtype=work)", "torch.arange(T, dtype=work)"),
+                shows="a tensor is created on a fixed device"),
+    ],
+    variants=[
+        Variant("complex", '''
+def apply_rope(x):
+    T, d = x.shape[-2:]
+    work = torch.promote_types(x.dtype, torch.float32)
+    pos = torch.arange(T, device=x.device, dtype=work)
+    theta = 1.0 / 10000 ** (torch.arange(0, d, 2, device=x.device, dtype=work) / d)
+    angle = torch.outer(pos, theta)                                     # (T, d/2)
+    rot = torch.polar(torch.ones_like(angle), angle)                    # e^{i·angle}
+    xc = torch.view_as_complex(x.to(work).reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(xc * rot).flatten(-2).to(x.dtype)
+'''),
+        Variant("matrices", '''
+def apply_rope(x):
+    T, d = x.shape[-2:]
+    work = torch.promote_types(x.dtype, torch.float32)
+    angle = torch.arange(T, device=x.device, dtype=work)[:, None] * torch.pow(
+        10000.0, -torch.arange(0, d, 2, device=x.device, dtype=work) / d)   # (T, d/2)
+    c, s = angle.cos(), angle.sin()
+    R = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2).to(x.dtype)   # (T, d/2, 2, 2)
+    pairs = x.unflatten(-1, (d // 2, 2))                                 # (..., T, d/2, 2)
+    return (R @ pairs.unsqueeze(-1)).squeeze(-1).flatten(-2)
+'''),
+    ],
+    cases=[
+        Case("unbatched", "a (T=6, d=8) input", args=lambda g: (torch.randn(6, 8, generator=g),)),
+        Case("heads", "a (B=2, h=3, T=5, d=16) input", args=lambda g: (torch.randn(2, 3, 5, 16, generator=g),)),
+        Case("float64", "float64, (2, 7, 8)", dtype="float64", args=lambda g: (torch.randn(2, 7, 8, generator=g),)),
+        Case("bfloat16", "bfloat16, (2, 4, 8)", dtype="bfloat16", args=lambda g: (torch.randn(2, 4, 8, generator=g),)),
+        Case("best_device", "on the best device (CUDA when present), (2, 2, 6, 8)", device="best",
+             args=lambda g: (torch.randn(2, 2, 6, 8, generator=g),)),
+        Case("meta", "on the meta device, (2, 5, 8)", device="meta", args=lambda g: (torch.randn(2, 5, 8, generator=g),)),
+    ],
+)
+
+
+def _query_key_rows(g, T=9, d=8):
+    """(2, T, d): one query vector repeated at every position, then one key vector (see attncourse.properties)."""
+    q, k = torch.randn(d, generator=g), torch.randn(d, generator=g)
+    return (torch.stack([q.expand(T, d), k.expand(T, d)]),)
+
+
+ROPE.cases += [
+    Case("properties", "norms kept and q·k depending on m − n only (float64)", kind="property", dtype="float64",
+         labels=["norms", "relative", "moves"], args=_query_key_rows, seed=5),
+    Case("properties_best", "norms kept and q·k depending on m − n only (best device)", kind="property",
+         device="best", labels=["norms", "relative", "moves"], args=lambda g: _query_key_rows(g, T=12, d=16), seed=6),
+]
+
+SECTION = Section("05_positional_encoding", [PE, ROPE])

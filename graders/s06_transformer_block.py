@@ -1,0 +1,364 @@
+"""Hidden cases for section 06: LayerNorm, the Transformer block, cross-attention, the three families."""
+import re
+
+import torch
+
+from .s04_multi_head import MHA_REF, _causal, _padding
+from .spec import Case, Exercise, Mistake, Section, Variant
+
+
+def without_markers(code: str) -> str:
+    """Solution code as given code: the BEGIN/END SOLUTION lines removed."""
+    return re.sub(r"\n[ \t]*### (BEGIN|END) SOLUTION[^\n]*", "", code)
+
+
+# The notebook's locked cell with section 04's module (given code for the block exercise).
+MHA_GIVEN = without_markers(MHA_REF)
+
+
+def _replace(ref, old, new):
+    assert old in ref, old
+    return ref.replace(old, new)
+
+
+# ---------------------------------------------------------------- layer_norm
+LN_REF = '''
+def layer_norm(x, eps=1e-5):
+    """Normalise over the last dimension: mean 0, variance 1 (no learned scale or shift)."""
+    ### BEGIN SOLUTION
+    mean = x.mean(dim=-1, keepdim=True)                   # (..., 1)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)    # (..., 1): divide by D, not D - 1
+    return (x - mean) / torch.sqrt(var + eps)             # (..., D)
+    ### END SOLUTION
+'''.strip("\n")
+
+LN = Exercise(
+    name="layer_norm",
+    cell="layer_norm",
+    reference=LN_REF,
+    mistakes=[
+        Mistake("unbiased", "the variance is the unbiased one (divided by D − 1); LayerNorm divides by D: "
+                "x.var(dim=-1, unbiased=False) or the mean of the squared gaps.",
+                _replace(LN_REF, "((x - mean) ** 2).mean(dim=-1, keepdim=True)", "x.var(dim=-1, keepdim=True)")),
+        Mistake("eps_outside", "ε is added after the square root; it belongs inside: sqrt(var + eps). The difference "
+                "shows on inputs whose variance is tiny.",
+                _replace(LN_REF, "torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")),
+        Mistake("wrong_dim", "the statistics are taken over the wrong axis: each token (the last dimension) is "
+                "normalised on its own, so use dim=-1.",
+                LN_REF.replace("dim=-1", "dim=0")),
+        Mistake("no_center", "the mean is not subtracted from x in the output: return (x - mean) / sqrt(var + eps).",
+                _replace(LN_REF, "return (x - mean) /", "return x /")),
+        Mistake("fixed_eps", "the eps argument is ignored (a fixed 1e-5 is used): use the eps that is passed in.",
+                _replace(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var + 1e-5)")),
+    ],
+    variants=[
+        Variant("torch_var", '''
+def layer_norm(x, eps=1e-5):
+    var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
+    return (x - mean) * torch.rsqrt(var + eps)
+'''),
+        Variant("functional", '''
+def layer_norm(x, eps=1e-5):
+    return F.layer_norm(x, x.shape[-1:], eps=eps)
+'''),
+    ],
+    cases=[
+        Case("batched", "a (2, 5, 8) batch", args=lambda g: (3 * torch.randn(2, 5, 8, generator=g) + 1,)),
+        Case("one_token", "a single vector of 6 features", args=lambda g: (torch.randn(6, generator=g),)),
+        Case("tiny_variance", "rows with a tiny variance, and a constant row (float64)", dtype="float64",
+             args=lambda g: (torch.cat([0.5 + 1e-3 * torch.randn(3, 8, generator=g), torch.full((1, 8), 10.0)]),)),
+        Case("eps", "eps=0.1", args=lambda g: (0.5 * torch.randn(4, 8, generator=g),), kwargs={"eps": 0.1}),
+        Case("float64", "float64, (3, 16)", dtype="float64", args=lambda g: (torch.randn(3, 16, generator=g),)),
+        Case("bfloat16", "bfloat16, (2, 3, 8)", dtype="bfloat16", args=lambda g: (torch.randn(2, 3, 8, generator=g),)),
+        Case("best_device", "on the best device (CUDA when present)", device="best",
+             args=lambda g: (torch.randn(2, 4, 8, generator=g),)),
+        Case("meta", "on the meta device", device="meta", args=lambda g: (torch.randn(2, 4, 8, generator=g),)),
+    ],
+)
+
+# ---------------------------------------------------------------- TransformerBlock
+BLOCK_REF = '''
+class TransformerBlock(nn.Module):
+    """Multi-head self-attention and a feed-forward network, each with a residual and a LayerNorm."""
+
+    def __init__(self, d_model=64, n_heads=4, d_ff=None, pre_ln=False):
+        super().__init__()
+        ### BEGIN SOLUTION
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.pre_ln = pre_ln
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln1 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+        ### END SOLUTION
+
+    def forward(self, x, mask=None):
+        ### BEGIN SOLUTION
+        if self.pre_ln:                                   # x: (B, T, d_model) throughout
+            x = x + self.attn(self.ln1(x), mask)          # normalise, attend, add
+            x = x + self.ffn(self.ln2(x))                 # normalise, feed forward, add
+        else:
+            x = self.ln1(x + self.attn(x, mask))          # attend, add, normalise
+            x = self.ln2(x + self.ffn(x))                 # feed forward, add, normalise
+        return x
+        ### END SOLUTION
+'''.strip("\n")
+
+
+def _block(*pairs):
+    code = BLOCK_REF
+    for old, new in pairs:
+        code = _replace(code, old, new)
+    return code
+
+
+BLOCK = Exercise(
+    name="TransformerBlock",
+    cell="transformer_block",
+    given=MHA_GIVEN,
+    reference=BLOCK_REF,
+    mistakes=[
+        Mistake("ln_swapped", "Pre-LN and Post-LN are swapped: pre_ln=True normalises *before* each sub-layer "
+                "(x + attn(ln1(x))), pre_ln=False after the residual add (ln1(x + attn(x))).",
+                _block(("if self.pre_ln:", "if not self.pre_ln:"))),
+        Mistake("no_attn_residual", "the residual connection around attention is missing: add the sub-layer's "
+                "input back (x + attn(...)).",
+                _block(("x = x + self.attn(self.ln1(x), mask)", "x = self.attn(self.ln1(x), mask)"),
+                       ("x = self.ln1(x + self.attn(x, mask))", "x = self.ln1(self.attn(x, mask))"))),
+        Mistake("no_ffn_residual", "the residual connection around the feed-forward network is missing: add its "
+                "input back (x + ffn(...)).",
+                _block(("x = x + self.ffn(self.ln2(x))", "x = self.ffn(self.ln2(x))"),
+                       ("x = self.ln2(x + self.ffn(x))", "x = self.ln2(self.ffn(x))"))),
+        Mistake("mask_dropped", "the mask is not passed to the attention layer: call self.attn(..., mask).",
+                _block(("self.attn(self.ln1(x), mask)", "self.attn(self.ln1(x))"),
+                       ("self.attn(x, mask)", "self.attn(x)"))),
+        Mistake("relu", "the feed-forward network uses ReLU; the contract's FFN uses nn.GELU().",
+                _block(("nn.GELU()", "nn.ReLU()"))),
+        Mistake("one_layernorm", "the same LayerNorm (ln1) is used for both sub-layers: the feed-forward "
+                "sub-layer has its own, ln2.",
+                _block(("x = x + self.ffn(self.ln2(x))", "x = x + self.ffn(self.ln1(x))"),
+                       ("x = self.ln2(x + self.ffn(x))", "x = self.ln1(x + self.ffn(x))"))),
+    ],
+    variants=[
+        Variant("helper", '''
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model=64, n_heads=4, d_ff=None, pre_ln=False):
+        super().__init__()
+        d_ff = d_ff or 4 * d_model
+        self.pre_ln = pre_ln
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
+
+    def _sublayer(self, x, f, ln):
+        return x + f(ln(x)) if self.pre_ln else ln(x + f(x))
+
+    def forward(self, x, mask=None):
+        x = self._sublayer(x, lambda h: self.attn(h, mask), self.ln1)
+        return self._sublayer(x, self.ffn, self.ln2)
+'''),
+        Variant("functional_ln", '''
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model=64, n_heads=4, d_ff=None, pre_ln=False):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln1 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        hidden = d_ff if d_ff is not None else 4 * d_model
+        self.ffn = nn.Sequential(nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, d_model))
+        self.pre_ln = pre_ln
+
+    def _ln(self, ln, x):
+        return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+
+    def forward(self, x, mask=None):
+        if not self.pre_ln:
+            h = self._ln(self.ln1, x + self.attn(x, mask=mask))
+            return self._ln(self.ln2, h + self.ffn(h))
+        h = x + self.attn(self._ln(self.ln1, x), mask=mask)
+        return h + self.ffn(self._ln(self.ln2, h))
+'''),
+    ],
+    cases=[],
+)
+
+D, H, B, T = 16, 4, 2, 5
+
+
+def _block_params(g, d=D, d_ff=4 * D):
+    s = d ** -0.5
+    return {
+        "attn.qkv.weight": s * torch.randn(3 * d, d, generator=g), "attn.qkv.bias": 0.1 * torch.randn(3 * d, generator=g),
+        "attn.out.weight": s * torch.randn(d, d, generator=g), "attn.out.bias": 0.1 * torch.randn(d, generator=g),
+        "ln1.weight": 1 + 0.2 * torch.randn(d, generator=g), "ln1.bias": 0.1 * torch.randn(d, generator=g),
+        "ln2.weight": 1 + 0.2 * torch.randn(d, generator=g), "ln2.bias": 0.1 * torch.randn(d, generator=g),
+        "ffn.0.weight": s * torch.randn(d_ff, d, generator=g), "ffn.0.bias": 0.1 * torch.randn(d_ff, generator=g),
+        "ffn.2.weight": d_ff ** -0.5 * torch.randn(d, d_ff, generator=g), "ffn.2.bias": 0.1 * torch.randn(d, generator=g),
+    }
+
+
+def _block_case(name, what, pre_ln, mask=None, d_ff=None, **kw):
+    init = {"d_model": D, "n_heads": H, "pre_ln": pre_ln}
+    if d_ff is not None:
+        init["d_ff"] = d_ff
+    return Case(name, what, kind="module", init=init,
+                args=lambda g: (torch.randn(B, T, D, generator=g),),
+                params=lambda g: _block_params(g, D, d_ff or 4 * D),
+                kwargs={} if mask is None else {"mask": mask}, **kw)
+
+
+BLOCK.cases = [
+    _block_case("post_ln", "Post-LN, no mask", False),
+    _block_case("post_ln_causal", "Post-LN, (T, T) causal mask", False, mask=lambda g: _causal(T), seed=1),
+    _block_case("pre_ln", "Pre-LN, no mask", True, seed=2),
+    _block_case("pre_ln_padding", "Pre-LN, (B, 1, 1, T) padding mask", True, mask=lambda g: _padding(), seed=3),
+    _block_case("d_ff", "Post-LN with d_ff=24, causal mask", False, mask=lambda g: _causal(T), d_ff=24, seed=4),
+    _block_case("float64", "Pre-LN in float64, causal mask", True, mask=lambda g: _causal(T), dtype="float64", seed=5),
+    _block_case("bfloat16", "Post-LN in bfloat16, padding mask", False, mask=lambda g: _padding(), dtype="bfloat16",
+                seed=6),
+    _block_case("best_device", "Pre-LN on the best device (CUDA when present), causal mask", True,
+                mask=lambda g: _causal(T), device="best", seed=7),
+    _block_case("meta_post", "Post-LN on the meta device, causal mask", False, mask=lambda g: _causal(T),
+                device="meta"),
+    _block_case("meta_pre", "Pre-LN on the meta device, padding mask", True, mask=lambda g: _padding(),
+                device="meta"),
+    Case("defaults", "the default sizes (d_model=64, 4 heads, d_ff=256), Post-LN", kind="module", init={},
+         args=lambda g: (torch.randn(1, 3, 64, generator=g),), params=lambda g: _block_params(g, 64, 256), seed=8),
+]
+
+# ---------------------------------------------------------------- cross-attention
+CROSS_REF = '''
+def cross_attention(x_dec, x_enc, W_q, W_k, W_v, mask=None):
+    """Decoder tokens (queries) attend to encoder tokens (keys and values); returns (output, weights)."""
+    ### BEGIN SOLUTION
+    Q = x_dec @ W_q                                              # (..., T_dec, d_k)
+    K = x_enc @ W_k                                              # (..., T_enc, d_k)
+    V = x_enc @ W_v                                              # (..., T_enc, d_v)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1])    # (..., T_dec, T_enc)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)                      # (..., T_dec, T_enc)
+    return weights @ V, weights                                  # (..., T_dec, d_v), (..., T_dec, T_enc)
+    ### END SOLUTION
+'''.strip("\n")
+
+CROSS = Exercise(
+    name="cross_attention",
+    cell="cross_attention",
+    reference=CROSS_REF,
+    mistakes=[
+        Mistake("roles_swapped", "the roles are swapped: the queries come from the decoder (x_dec @ W_q), the keys "
+                "and values from the encoder.",
+                _replace(_replace(_replace(CROSS_REF, "Q = x_dec @ W_q", "Q = x_enc @ W_q"),
+                                  "K = x_enc @ W_k", "K = x_dec @ W_k"), "V = x_enc @ W_v", "V = x_dec @ W_v")),
+        Mistake("keys_from_decoder", "the keys come from the decoder: in cross-attention both keys and values come "
+                "from the encoder's output (x_enc @ W_k, x_enc @ W_v).",
+                _replace(CROSS_REF, "K = x_enc @ W_k", "K = x_dec @ W_k")),
+        Mistake("values_from_decoder", "the values come from the decoder: the decoder reads the encoder's "
+                "information, so V = x_enc @ W_v.",
+                _replace(CROSS_REF, "V = x_enc @ W_v", "V = x_dec @ W_v")),
+        Mistake("no_scale", "the scores are not divided by √d_k.",
+                _replace(CROSS_REF, " / math.sqrt(K.shape[-1])", "")),
+        Mistake("softmax_axis", "the softmax runs over the decoder axis: each query's weights over the encoder "
+                "tokens (the last axis) must sum to 1.",
+                _replace(CROSS_REF, "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")),
+        Mistake("mask_ignored", "the mask is ignored: padded encoder tokens must get weight 0 "
+                "(masked_fill(mask == 0, -inf) before the softmax).",
+                _replace(CROSS_REF, "    if mask is not None:\n", "    if False:\n")),
+    ],
+    variants=[Variant("einsum", '''
+def cross_attention(x_dec, x_enc, W_q, W_k, W_v, mask=None):
+    q = torch.einsum("...td,dk->...tk", x_dec, W_q)
+    k = torch.einsum("...sd,dk->...sk", x_enc, W_k)
+    v = torch.einsum("...sd,dv->...sv", x_enc, W_v)
+    s = torch.einsum("...tk,...sk->...ts", q, k) * k.shape[-1] ** -0.5
+    if mask is not None:
+        s = torch.where(mask.bool(), s, torch.finfo(s.dtype).min)
+    w = s.softmax(dim=-1)
+    return torch.einsum("...ts,...sv->...tv", w, v), w
+''')],
+    cases=[],
+)
+
+
+def _cross_args(g, batch=(2,), t_dec=3, t_enc=5, d=8, d_k=4, d_v=6):
+    return (torch.randn(*batch, t_dec, d, generator=g), torch.randn(*batch, t_enc, d, generator=g),
+            torch.randn(d, d_k, generator=g), torch.randn(d, d_k, generator=g), torch.randn(d, d_v, generator=g))
+
+
+def _enc_padding(t_enc=5):
+    m = torch.ones(2, 1, t_enc, dtype=torch.bool)    # (B, 1, T_enc): broadcast over the decoder's queries
+    m[0, 0, -1] = False
+    m[1, 0, -2:] = False
+    return m
+
+
+_LABELS = ["output", "weights"]
+CROSS.cases = [
+    Case("batched", "B=2, T_dec=3, T_enc=5", args=_cross_args, labels=_LABELS),
+    Case("same_length", "T_dec = T_enc = 4", args=lambda g: _cross_args(g, t_dec=4, t_enc=4), labels=_LABELS, seed=1),
+    Case("padding", "a (B, 1, T_enc) encoder padding mask", args=_cross_args,
+         kwargs={"mask": lambda g: _enc_padding()}, labels=_LABELS, seed=2),
+    Case("unbatched", "one sequence pair, T_dec=2, T_enc=6", args=lambda g: _cross_args(g, batch=(), t_dec=2, t_enc=6),
+         labels=_LABELS, seed=3),
+    Case("float64", "float64, padding mask", dtype="float64", args=_cross_args,
+         kwargs={"mask": lambda g: _enc_padding()}, labels=_LABELS, seed=4),
+    Case("bfloat16", "bfloat16", dtype="bfloat16", args=lambda g: _cross_args(g, t_dec=4, t_enc=4), labels=_LABELS,
+         seed=5),
+    Case("best_device", "on the best device (CUDA when present), padding mask", device="best", args=_cross_args,
+         kwargs={"mask": lambda g: _enc_padding()}, labels=_LABELS, seed=6),
+    Case("meta", "on the meta device, padding mask", device="meta", args=_cross_args,
+         kwargs={"mask": lambda g: _enc_padding()}, labels=_LABELS),
+]
+
+# ---------------------------------------------------------------- pick the family
+FAMILIES_GIVEN = '''
+ENCODER_ONLY = "encoder-only"          # BERT-style: reads the whole input in both directions
+DECODER_ONLY = "decoder-only"          # GPT-style: predicts the next token from the left context
+ENCODER_DECODER = "encoder-decoder"    # T5-style: reads one sequence, writes another
+'''.strip("\n")
+
+FAMILY_REF = '''
+family = {
+    ### BEGIN SOLUTION
+    "a": ENCODER_ONLY,
+    "b": DECODER_ONLY,
+    "c": ENCODER_DECODER,
+    "d": ENCODER_ONLY,
+    "e": DECODER_ONLY,
+    "f": ENCODER_DECODER,
+    ### END SOLUTION
+}
+'''.strip("\n")
+
+
+def _family(**changes):
+    code = FAMILY_REF
+    for key, value in changes.items():
+        code = re.sub(rf'"{key}": \w+,', f'"{key}": {value},', code)
+    return code
+
+
+FAMILY = Exercise(
+    name="family",
+    cell="family",
+    given=FAMILIES_GIVEN,
+    reference=FAMILY_REF,
+    mistakes=[
+        Mistake("all_decoder", "every task got the decoder-only family. Large decoder-only models can be prompted to "
+                "do almost anything, but the question asks which family each task was built for: tasks that only "
+                "need to understand a whole input, or that read one sequence and write another, have their own.",
+                _family(a="DECODER_ONLY", c="DECODER_ONLY", d="DECODER_ONLY", f="DECODER_ONLY")),
+        Mistake("understanding_as_generation", "tasks that only label or classify their input were given a family "
+                "that generates text; a model that sees the whole input in both directions fits them.",
+                _family(a="ENCODER_DECODER", d="ENCODER_DECODER")),
+        Mistake("seq2seq_as_encoder", "tasks that turn one sequence into a new one were given a family that writes "
+                "no text; they need a decoder (with an encoder that reads the input).",
+                _family(c="ENCODER_ONLY", f="ENCODER_ONLY")),
+    ],
+    cases=[Case("answers", "the family for each of the six tasks", kind="value", api="any",
+                hint="Some tasks have the wrong family: for each, ask whether it only reads (understands) its input, "
+                     "continues a text, or reads one sequence and writes another.")],
+)
+
+SECTION = Section("06_transformer_block", [LN, BLOCK, CROSS, FAMILY])
