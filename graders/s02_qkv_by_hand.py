@@ -1,49 +1,366 @@
-"""Hidden cases for section 02 (smoke version; extended by the section author)."""
+"""Hidden cases for section 02 · Q, K, V by hand.
+
+Exercises: the NumPy ``softmax``; the PyTorch ``scaled_dot_product_attention``;
+the ``SelfAttention`` module; four hand-computed values of a new 3-token
+example (``scores_hand``, ``scaled_hand``, ``weights_hand``, ``output_hand``).
+
+Every exercise has the same number of known mistakes and of correct variants:
+the gate test injects the k-th mistake (variant) of *every* exercise into one
+submission, so an exercise without a k-th entry would be graded as a blank stub.
+"""
 import torch
 
 from .spec import Case, Exercise, Mistake, Section, Variant
 
+# ---------------------------------------------------------------- softmax (NumPy)
+SOFTMAX_REF = '''
+def softmax(x, axis=-1):
+    x = np.asarray(x, dtype=float)
+    shifted = x - np.max(x, axis=axis, keepdims=True)   # largest entry becomes 0: exp() cannot overflow
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+'''
+
+SOFTMAX = Exercise(
+    name="softmax",
+    cell="softmax",
+    reference=SOFTMAX_REF,
+    mistakes=[
+        Mistake("unstable", "exp() overflows for large scores; subtract the row maximum (keepdims=True) before np.exp.",
+                '''
+def softmax(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+''', shows="contains NaN"),
+        Mistake("no_keepdims", "the sum is taken without keepdims=True, so it broadcasts along the wrong axis; "
+                "use e.sum(axis=axis, keepdims=True).",
+                '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis)
+'''),
+        Mistake("ignores_axis", "the axis argument is ignored (always the last axis); pass axis=axis to max and sum.",
+                '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+'''),
+        Mistake("sum_all", "the exponentials are divided by the sum over the whole array; normalise along axis only "
+                "(e.sum(axis=axis, keepdims=True)).",
+                '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum()
+'''),
+        Mistake("returns_torch", "it returns a torch tensor; this exercise is NumPy in, NumPy out (use np.exp, np.max).",
+                '''
+def softmax(x, axis=-1):
+    return torch.softmax(torch.as_tensor(x), dim=axis)
+''', shows="should be a NumPy array"),
+    ],
+    variants=[
+        Variant("logsumexp", '''
+def softmax(x, axis=-1):
+    m = np.max(x, axis=axis, keepdims=True)
+    lse = m + np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True))   # log of the normaliser
+    return np.exp(x - lse)
+'''),
+        Variant("moveaxis", '''
+def softmax(x, axis=-1):
+    z = np.moveaxis(np.array(x, dtype=np.float64), axis, -1)
+    z = np.exp(z - z.max(-1)[..., None])
+    z = z / z.sum(-1)[..., None]
+    return np.moveaxis(z, -1, axis)
+'''),
+    ],
+    cases=[
+        Case("vector", "a single row of 5 scores", api="numpy", args=lambda g: (torch.randn(5, generator=g) * 2,)),
+        Case("rows", "a 4x4 matrix, softmax over each row", api="numpy",
+             args=lambda g: (torch.randn(4, 4, generator=g) * 2,)),
+        Case("axis0", "a 4x3 matrix with axis=0 (each column sums to 1)", api="numpy",
+             args=lambda g: (torch.randn(4, 3, generator=g),), kwargs={"axis": 0}),
+        Case("large", "large scores around 1000 (numerical stability)", api="numpy", dtype="float64",
+             args=lambda g: (1000.0 + 3 * torch.randn(3, 4, generator=g),)),
+        Case("batched", "a (2, 3, 5) batch in float64", api="numpy", dtype="float64",
+             args=lambda g: (torch.randn(2, 3, 5, generator=g) * 3,)),
+    ],
+)
+
+# ---------------------------------------------------------------- scaled dot-product attention
 SDPA_REF = '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     d_k = Q.shape[-1]
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)          # (..., T_q, T_k)
     if mask is not None:
         scores = scores.masked_fill(~mask.bool(), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)
-    return weights @ V, weights
+    weights = torch.softmax(scores, dim=-1)                     # each row sums to 1
+    return weights @ V, weights                                 # (..., T_q, d_v), (..., T_q, T_k)
 '''
+
+
+def _mask(g, *shape):
+    """A random bool mask with the first key always allowed (no empty row)."""
+    m = torch.rand(*shape, generator=g) > 0.4
+    m[..., 0] = True
+    return m
+
+
+def _very_negative(g):
+    """float64 scores around -2500: a fill value of -1e2 or -1e3 sits ABOVE them and leaks."""
+    Q = torch.randn(2, 3, 4, generator=g) * 0.5
+    K = torch.randn(2, 5, 4, generator=g) * 0.5
+    Q[..., 0] = 50.0
+    K[..., 0] = -100.0           # q·k ≈ -5000, scaled by 1/√4 → ≈ -2500
+    V = torch.randn(2, 5, 3, generator=g)
+    return Q, K, V
+
+
+SDPA_CASES = [
+    Case("batched", "a batch of 2, 3 queries, 4 keys, d_k=8, no mask",
+         args=lambda g: (torch.randn(2, 3, 8, generator=g), torch.randn(2, 4, 8, generator=g),
+                         torch.randn(2, 4, 5, generator=g)), labels=["output", "weights"]),
+    Case("masked", "a batch of 2 with a bool mask (B, T_q, T_k)",
+         args=lambda g: (torch.randn(2, 4, 6, generator=g), torch.randn(2, 5, 6, generator=g),
+                         torch.randn(2, 5, 3, generator=g)),
+         kwargs={"mask": lambda g: _mask(g, 2, 4, 5)}, labels=["output", "weights"], seed=1),
+    Case("mask01", "a 0/1 float mask (T_q, T_k) broadcast over a batch of 3",
+         args=lambda g: (torch.randn(3, 4, 8, generator=g), torch.randn(3, 4, 8, generator=g),
+                         torch.randn(3, 4, 8, generator=g)),
+         kwargs={"mask": lambda g: torch.tril(torch.ones(4, 4))}, labels=["output", "weights"], seed=2),
+    Case("very_negative", "float64 scores around -2500 with a mask (a small finite fill leaks here)",
+         dtype="float64", args=_very_negative, kwargs={"mask": lambda g: _mask(g, 2, 3, 5)},
+         labels=["output", "weights"], seed=3),
+    Case("float64", "float64 inputs without batch dims", dtype="float64",
+         args=lambda g: (torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g),
+                         torch.randn(3, 8, generator=g)), labels=["output", "weights"], seed=4),
+    Case("bfloat16", "bfloat16 inputs with a mask", dtype="bfloat16",
+         args=lambda g: (torch.randn(2, 4, 8, generator=g), torch.randn(2, 4, 8, generator=g),
+                         torch.randn(2, 4, 8, generator=g)),
+         kwargs={"mask": lambda g: _mask(g, 2, 4, 4)}, labels=["output", "weights"], seed=5),
+    Case("meta", "on the meta device with a mask", device="meta",
+         args=lambda g: (torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g),
+                         torch.randn(2, 3, 8, generator=g)),
+         kwargs={"mask": lambda g: _mask(g, 2, 3, 3)}, labels=["output", "weights"], seed=6),
+]
 
 SDPA = Exercise(
     name="scaled_dot_product_attention",
     cell="sdpa",
     reference=SDPA_REF,
     mistakes=[
-        Mistake("no_scale", "the scores are not divided by √d_k.", SDPA_REF.replace(" / math.sqrt(d_k)", "")),
-        Mistake("softmax_axis", "the softmax runs over the wrong axis: each row (one query, all keys) must sum to 1.",
-                SDPA_REF.replace("dim=-1", "dim=-2")),
+        Mistake("no_scale", "the scores are not divided by √d_k; divide Q @ Kᵀ by math.sqrt(d_k).",
+                SDPA_REF.replace(" / math.sqrt(d_k)", "")),
+        Mistake("softmax_axis", "the softmax runs over the wrong axis: each row (one query, all keys) must sum "
+                "to 1, so use dim=-1.", SDPA_REF.replace("dim=-1", "dim=-2")),
+        Mistake("scale_dk", "the scores are divided by d_k instead of √d_k.",
+                SDPA_REF.replace("math.sqrt(d_k)", "d_k")),
+        Mistake("mask_inverted", "the mask is inverted: True/1 means 'may attend', so block the positions where "
+                "the mask is False/0 (masked_fill(mask == 0, ...)).",
+                SDPA_REF.replace("~mask.bool()", "mask.bool()")),
+        Mistake("small_fill", "blocked scores are filled with a small finite number (like -1e3), which can be "
+                "larger than real scores and leaks weight; fill with float('-inf') (or a very large "
+                "negative number such as torch.finfo(dtype).min).",
+                SDPA_REF.replace('float("-inf")', "-1e3")),
     ],
-    variants=[Variant("einsum", '''
+    variants=[
+        Variant("einsum_where", '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     s = torch.einsum("...qd,...kd->...qk", Q, K) / Q.shape[-1] ** 0.5
     if mask is not None:
-        s = s.masked_fill(mask == 0, float("-inf"))
+        s = torch.where(mask == 0, torch.finfo(s.dtype).min, s)
     w = s.softmax(-1)
     return torch.einsum("...qk,...kd->...qd", w, V), w
-''')],
-    cases=[
-        Case("unmasked", "a batch of 2, 3 queries, 4 keys, d_k=8",
-             args=lambda g: (torch.randn(2, 3, 8, generator=g), torch.randn(2, 4, 8, generator=g),
-                             torch.randn(2, 4, 5, generator=g)),
-             labels=["output", "weights"]),
-        Case("float64", "float64 inputs", dtype="float64",
-             args=lambda g: (torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g),
-                             torch.randn(3, 8, generator=g)),
-             labels=["output", "weights"]),
-        Case("meta", "on the meta device", device="meta",
-             args=lambda g: (torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g),
-                             torch.randn(2, 3, 8, generator=g)),
-             labels=["output", "weights"]),
+'''),
+        Variant("fill_1e4", '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = torch.matmul(Q, K.mT) * Q.size(-1) ** -0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), -1e4)
+    weights = F.softmax(scores, dim=-1)
+    return torch.matmul(weights, V), weights
+'''),
     ],
+    cases=SDPA_CASES,
 )
 
-SECTION = Section("02_qkv_by_hand", [SDPA])
+# ---------------------------------------------------------------- SelfAttention module
+SA_REF = '''
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, d_k):
+        super().__init__()
+        self.d_k = d_k
+        self.W_q = nn.Linear(d_model, d_k, bias=False)
+        self.W_k = nn.Linear(d_model, d_k, bias=False)
+        self.W_v = nn.Linear(d_model, d_k, bias=False)
+
+    def forward(self, x, mask=None):                      # x: (..., T, d_model)
+        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)     # each (..., T, d_k)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)   # (..., T, T)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)             # (..., T, T)
+        return weights @ V, weights                         # (..., T, d_k), (..., T, T)
+'''
+
+
+def _sa_params(g, d_model=6, d_k=4):
+    return {name: torch.randn(d_k, d_model, generator=g) / d_model ** 0.5
+            for name in ("W_q.weight", "W_k.weight", "W_v.weight")}
+
+
+SA_CASES = [
+    Case("batched", "a batch of 2 sequences of 5 tokens, d_model=6, d_k=4", kind="module",
+         init={"d_model": 6, "d_k": 4}, params=_sa_params,
+         args=lambda g: (torch.randn(2, 5, 6, generator=g) * 2,), labels=["out", "weights"]),
+    Case("masked", "a causal mask (T, T) broadcast over a batch of 2", kind="module",
+         init={"d_model": 6, "d_k": 4}, params=_sa_params,
+         args=lambda g: (torch.randn(2, 5, 6, generator=g) * 2,),
+         kwargs={"mask": lambda g: torch.tril(torch.ones(5, 5, dtype=torch.bool))},
+         labels=["out", "weights"], seed=1),
+    Case("float64", "float64, one unbatched sequence of 4 tokens", kind="module", dtype="float64",
+         init={"d_model": 6, "d_k": 4}, params=_sa_params,
+         args=lambda g: (torch.randn(4, 6, generator=g) * 2,), labels=["out", "weights"], seed=2),
+    Case("bfloat16", "bfloat16 with a causal mask", kind="module", dtype="bfloat16",
+         init={"d_model": 6, "d_k": 4}, params=_sa_params,
+         args=lambda g: (torch.randn(2, 4, 6, generator=g),),
+         kwargs={"mask": lambda g: torch.tril(torch.ones(4, 4, dtype=torch.bool))},
+         labels=["out", "weights"], seed=3),
+    Case("meta", "on the meta device", kind="module", device="meta",
+         init={"d_model": 6, "d_k": 4}, params=_sa_params,
+         args=lambda g: (torch.randn(2, 5, 6, generator=g),), labels=["out", "weights"], seed=4),
+]
+
+SELF_ATTENTION = Exercise(
+    name="SelfAttention",
+    cell="self_attention",
+    reference=SA_REF,
+    mistakes=[
+        Mistake("no_scale", "the scores are not divided by √d_k; divide Q @ Kᵀ by math.sqrt(self.d_k).",
+                SA_REF.replace(" / math.sqrt(self.d_k)", "")),
+        Mistake("scale_d_model", "the scores are divided by √d_model; the scale is √d_k, the size of the "
+                "query/key vectors.", SA_REF.replace("self.d_k = d_k", "self.d_k = d_model")),
+        Mistake("values_from_K", "the weights multiply K instead of V; the output is weights @ V.",
+                SA_REF.replace("return weights @ V", "return weights @ K")),
+        Mistake("softmax_axis", "the softmax runs over the wrong axis: each query's row must sum to 1 (dim=-1).",
+                SA_REF.replace("dim=-1", "dim=-2")),
+        Mistake("fixed_device", "a tensor is created on a fixed device.", SA_REF.replace(
+            "        if mask is not None:\n",
+            "        if mask is None:\n            mask = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool)\n"
+            "        if mask is not None:\n"), shows="created on a fixed device"),
+    ],
+    variants=[
+        Variant("torch_sdpa", '''
+class SelfAttention(nn.Module):
+    """Output from PyTorch's fused kernel; the weights computed separately for inspection."""
+    def __init__(self, d_model, d_k):
+        super().__init__()
+        self.W_q = nn.Linear(d_model, d_k, bias=False)
+        self.W_k = nn.Linear(d_model, d_k, bias=False)
+        self.W_v = nn.Linear(d_model, d_k, bias=False)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.W_q(x), self.W_k(x), self.W_v(x)
+        m = None if mask is None else mask.bool()
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if m is not None:
+            s = s.masked_fill(~m, float("-inf"))
+        return out, s.softmax(dim=-1)
+'''),
+        Variant("einsum", '''
+class SelfAttention(nn.Module):
+    def __init__(self, d_model, d_k):
+        super().__init__()
+        self.W_q, self.W_k, self.W_v = (nn.Linear(d_model, d_k, bias=False) for _ in range(3))
+
+    def forward(self, x, mask=None):
+        q = self.W_q(x) / self.W_q.out_features ** 0.5
+        s = torch.einsum("...id,...jd->...ij", q, self.W_k(x))
+        if mask is not None:
+            s = torch.where(mask.bool(), s, torch.finfo(s.dtype).min)
+        w = torch.softmax(s, dim=-1)
+        return torch.einsum("...ij,...jd->...id", w, self.W_v(x)), w
+'''),
+    ],
+    cases=SA_CASES,
+)
+
+# ---------------------------------------------------------------- hand-computed: a new 3-token example
+# The notebook gives these (locked cell `hand_example`); the student types each step.
+HAND_GIVEN = '''
+Q_ex = np.array([[1., 2.], [0., 1.], [2., 0.]])   # (T=3, d_k=2)
+K_ex = np.array([[1., 0.], [1., 1.], [0., 2.]])   # (3, 2)
+V_ex = np.array([[2., 0.], [0., 4.], [6., 2.]])   # (3, 2)
+'''
+
+_HELPERS = '''
+def _sm(z, axis=-1):
+    e = np.exp(z - z.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+'''
+
+
+def _value_case(what):
+    return [Case("value", what, kind="value", api="any", atol=0.01)]
+
+
+def _hand(name, cell, ref, mistakes, variant):
+    return Exercise(
+        name=name, cell=cell, given=HAND_GIVEN + _HELPERS, reference=f"{name} = {ref}",
+        mistakes=[Mistake(k, msg, f"{name} = {code}") for k, msg, code in mistakes],
+        variants=[Variant("typed_lists", variant), Variant("rounded_2dp", f"{name} = np.round({ref}, 2)")],
+        cases=_value_case(f"the {cell.replace('_', ' ')} of the 3-token example"),
+    )
+
+
+SCORES_HAND = _hand(
+    "scores_hand", "scores_hand", "Q_ex @ K_ex.T",
+    [("transposed", "the scores are transposed: row i is query i against every key, S[i, j] = q_i · k_j "
+      "(Q @ Kᵀ, not K @ Qᵀ).", "K_ex @ Q_ex.T"),
+     ("already_scaled", "these are already divided by √d_k; the raw scores come before scaling.",
+      "Q_ex @ K_ex.T / np.sqrt(2)"),
+     ("q_with_q", "the queries were compared with themselves; compare each query with the keys (Q @ Kᵀ).",
+      "Q_ex @ Q_ex.T"),
+     ("keys_with_values", "the values were used as keys; the scores are Q @ Kᵀ.", "Q_ex @ V_ex.T"),
+     ("first_dim_only", "only the first coordinate was multiplied; a dot product adds all d_k products.",
+      "np.outer(Q_ex[:, 0], K_ex[:, 0])")],
+    "scores_hand = [[1, 3, 4], [0, 1, 2], [2, 2, 0]]")
+
+SCALED_HAND = _hand(
+    "scaled_hand", "scaled_hand", "Q_ex @ K_ex.T / np.sqrt(2)",
+    [("not_scaled", "these are the raw scores: divide every entry by √d_k = √2.", "Q_ex @ K_ex.T"),
+     ("by_d_k", "the scores were divided by d_k; divide by √d_k.", "Q_ex @ K_ex.T / 2"),
+     ("times_sqrt", "the scores were multiplied by √d_k; divide by it.", "Q_ex @ K_ex.T * np.sqrt(2)"),
+     ("by_sqrt_T", "the scores were divided by √T (number of tokens); the scale is √d_k (size of a key).",
+      "Q_ex @ K_ex.T / np.sqrt(3)"),
+     ("transposed", "the scaled scores are transposed: row i belongs to query i (Q @ Kᵀ, not K @ Qᵀ).",
+      "K_ex @ Q_ex.T / np.sqrt(2)")],
+    "scaled_hand = np.array([[0.7071, 2.1213, 2.8284], [0.0, 0.7071, 1.4142], [1.4142, 1.4142, 0.0]])")
+
+WEIGHTS_HAND = _hand(
+    "weights_hand", "weights_hand", "_sm(Q_ex @ K_ex.T / np.sqrt(2))",
+    [("columns", "the softmax was taken over columns; each ROW (one query) must sum to 1.",
+      "_sm(Q_ex @ K_ex.T / np.sqrt(2), axis=0)"),
+     ("not_scaled", "the softmax was applied to unscaled scores; divide by √d_k first.", "_sm(Q_ex @ K_ex.T)"),
+     ("by_d_k", "the scores were divided by d_k before the softmax; divide by √d_k.", "_sm(Q_ex @ K_ex.T / 2)"),
+     ("no_exp", "each row was divided by its sum without exponentiating; softmax is exp(s) / Σ exp(s).",
+      "(lambda s: s / s.sum(axis=1, keepdims=True))(Q_ex @ K_ex.T / np.sqrt(2))"),
+     ("whole_matrix", "the exponentials were divided by the sum over the whole matrix; normalise each row.",
+      "(lambda e: e / e.sum())(np.exp(Q_ex @ K_ex.T / np.sqrt(2)))")],
+    "weights_hand = np.array([[0.074, 0.306, 0.620], [0.140, 0.284, 0.576], [0.446, 0.446, 0.108]])")
+
+OUTPUT_HAND = _hand(
+    "output_hand", "output_hand", "_sm(Q_ex @ K_ex.T / np.sqrt(2)) @ V_ex",
+    [("used_K", "the weights multiplied K instead of V; the output is weights @ V.",
+      "_sm(Q_ex @ K_ex.T / np.sqrt(2)) @ K_ex"),
+     ("not_scaled", "the scores were not divided by √d_k before the softmax.", "_sm(Q_ex @ K_ex.T) @ V_ex"),
+     ("columns", "the softmax was taken over columns; each row of weights must sum to 1 before @ V.",
+      "_sm(Q_ex @ K_ex.T / np.sqrt(2), axis=0) @ V_ex"),
+     ("weights_transposed", "the weights were transposed before multiplying V; use weights @ V, row i = query i.",
+      "_sm(Q_ex @ K_ex.T / np.sqrt(2)).T @ V_ex"),
+     ("by_d_k", "the scores were divided by d_k instead of √d_k before the softmax.",
+      "_sm(Q_ex @ K_ex.T / 2) @ V_ex")],
+    "output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]")
+
+SECTION = Section("02_qkv_by_hand", [SOFTMAX, SDPA, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
+                                     OUTPUT_HAND])

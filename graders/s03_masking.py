@@ -1,0 +1,296 @@
+"""Hidden cases for section 03 · masking.
+
+Exercises: ``causal_mask``, ``padding_mask``, ``combined_mask``,
+``masked_softmax`` and the hand-computed ``masked_weights_hand``.
+
+Convention (the course's contract): a mask is bool or 0/1, True/1 = "may
+attend", broadcastable to the scores (..., T_q, T_k).  Blocked scores become
+-inf before the softmax, and a row with no allowed key gets all-zero weights.
+
+Every exercise has the same number of mistakes and of variants (the gate test
+injects the k-th entry of every exercise into one submission).
+"""
+import torch
+
+from .spec import Case, Exercise, Mistake, Section, Variant
+
+# ---------------------------------------------------------------- causal_mask
+CAUSAL_REF = '''
+def causal_mask(T, device=None):
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()    # (T, T), True on and below the diagonal
+'''
+
+
+def _causal(body):
+    return f"def causal_mask(T, device=None):\n    {body}\n"
+
+
+# causal_mask(T, device) builds its tensor from nothing: the build step cannot store a
+# reference output made on the meta device, so its device argument is exercised in a
+# visible check and the fixed-device mistake is graded in combined_mask / padding_mask.
+CAUSAL = Exercise(
+    name="causal_mask", cell="causal_mask", reference=CAUSAL_REF,
+    mistakes=[
+        Mistake("no_diagonal", "the diagonal is blocked: a token may attend to itself, so keep the diagonal "
+                "(tril with diagonal=0).",
+                _causal("return torch.tril(torch.ones(T, T, device=device), diagonal=-1).bool()")),
+        Mistake("sees_next", "each token can see one future token: use tril() with diagonal=0, not 1.",
+                _causal("return torch.tril(torch.ones(T, T, device=device), diagonal=1).bool()")),
+        Mistake("future", "the mask lets tokens see the future (upper triangle); a causal mask is True on and "
+                "BELOW the diagonal (tril).", _causal("return torch.ones(T, T, device=device).triu().bool()")),
+        Mistake("inverted", "the mask is inverted: True must mean 'may attend' (on and below the diagonal), not "
+                "'blocked'.", _causal("return ~torch.ones(T, T, dtype=torch.bool, device=device).tril()")),
+        Mistake("all_true", "nothing is blocked: keep only the lower triangle with .tril().",
+                _causal("return torch.ones(T, T, dtype=torch.bool, device=device)")),
+    ],
+    variants=[
+        Variant("arange", '''
+def causal_mask(T, device=None):
+    i = torch.arange(T, device=device)
+    return i[:, None] >= i[None, :]        # query index >= key index
+'''),
+        Variant("tril_float", '''
+def causal_mask(T, device=None):
+    return torch.tril(torch.ones((T, T), device=device)) == 1
+'''),
+    ],
+    cases=[
+        Case("T5", "T = 5", args=(5,), labels=["mask"]),
+        Case("T1", "T = 1", args=(1,), labels=["mask"]),
+        Case("device_kw", "T = 7 with device='cpu'", args=(7,), kwargs={"device": "cpu"}, labels=["mask"]),
+    ],
+)
+
+# ---------------------------------------------------------------- padding_mask
+PAD_REF = '''
+def padding_mask(lengths, max_len):
+    positions = torch.arange(max_len, device=lengths.device)     # (max_len,)
+    return positions[None, :] < lengths[:, None]                 # (B, max_len)
+'''
+
+
+def _lengths(*vals):
+    return lambda g: (torch.tensor(vals, dtype=torch.long),)
+
+
+PADDING = Exercise(
+    name="padding_mask", cell="padding_mask", reference=PAD_REF,
+    mistakes=[
+        Mistake("inverted", "the mask is inverted: True must mark the real tokens, False the padding.",
+                PAD_REF.replace("positions[None, :] < lengths", "positions[None, :] >= lengths")),
+        Mistake("one_pad_too_many", "one padding position per row is marked real: position p is real when "
+                "p < length (strictly).", PAD_REF.replace("<", "<=")),
+        Mistake("last_token_lost", "the last real token of each row is marked as padding: positions start at 0, "
+                "so p is real when p < length.", PAD_REF.replace("torch.arange(max_len,", "torch.arange(1, max_len + 1,")),
+        Mistake("left_padding", "the mask assumes padding on the left; the course pads on the right (real tokens "
+                "first).", PAD_REF.replace("positions[None, :] < lengths[:, None]",
+                                           "positions[None, :] >= max_len - lengths[:, None]")),
+        Mistake("fixed_device", "the positions are created on a fixed device.",
+                PAD_REF.replace("torch.arange(max_len, device=lengths.device)", "torch.arange(max_len)"),
+                shows="created on a fixed device"),
+    ],
+    variants=[
+        Variant("expand", '''
+def padding_mask(lengths, max_len):
+    B = lengths.shape[0]
+    pos = torch.arange(max_len, device=lengths.device).expand(B, max_len)
+    return pos < lengths.unsqueeze(1)
+'''),
+        Variant("cumsum", '''
+def padding_mask(lengths, max_len):
+    ones = torch.ones(lengths.shape[0], max_len, dtype=torch.long, device=lengths.device)
+    return ones.cumsum(dim=1) <= lengths[:, None]
+'''),
+    ],
+    cases=[
+        Case("batch", "lengths (3, 1, 5, 2) and max_len 5", args=lambda g: (torch.tensor([3, 1, 5, 2]), 5),
+             labels=["mask"]),
+        Case("longer", "lengths (2, 4) and max_len 6", args=lambda g: (torch.tensor([2, 4]), 6), labels=["mask"]),
+        Case("meta", "lengths on the meta device", device="meta", args=lambda g: (torch.tensor([2, 3, 1]), 4),
+             labels=["mask"]),
+    ],
+)
+
+# ---------------------------------------------------------------- combined_mask
+COMBINED_REF = '''
+def combined_mask(lengths, T):
+    pos = torch.arange(T, device=lengths.device)                 # (T,)
+    causal = pos[:, None] >= pos[None, :]                        # (T, T): key j <= query i
+    real = pos[None, :] < lengths[:, None]                       # (B, T): key j is a real token
+    return causal[None, :, :] & real[:, None, :]                 # (B, T, T)
+'''
+
+COMBINED = Exercise(
+    name="combined_mask", cell="combined_mask", reference=COMBINED_REF,
+    mistakes=[
+        Mistake("or", "the two masks were combined with OR; a key must be allowed by BOTH (use &).",
+                COMBINED_REF.replace("causal[None, :, :] & real", "causal[None, :, :] | real")),
+        Mistake("no_padding", "the padding keys are not blocked: also require key j < length (the padding mask).",
+                COMBINED_REF.replace("causal[None, :, :] & real[:, None, :]",
+                                     "causal[None, :, :].expand(lengths.shape[0], T, T)")),
+        Mistake("no_causal", "future keys are not blocked: also require key j <= query i (the causal mask).",
+                COMBINED_REF.replace("causal[None, :, :] & real[:, None, :]",
+                                     "real[:, None, :].expand(lengths.shape[0], T, T)")),
+        Mistake("padding_on_queries", "the padding mask was applied to the query axis; it blocks KEYS (the last "
+                "axis): real[:, None, :].", COMBINED_REF.replace("real[:, None, :]", "real[:, :, None]")),
+        Mistake("fixed_device", "the causal part is created on a fixed device.", '''
+def combined_mask(lengths, T):
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    real = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
+    return causal[None] & real[:, None, :]
+''', shows="created on a fixed device"),
+    ],
+    variants=[
+        Variant("tril_and_loop", '''
+def combined_mask(lengths, T):
+    out = torch.zeros(lengths.shape[0], T, T, dtype=torch.bool, device=lengths.device)
+    causal = torch.ones(T, T, dtype=torch.bool, device=lengths.device).tril()
+    keys = torch.arange(T, device=lengths.device)
+    for b in range(lengths.shape[0]):
+        out[b] = causal & (keys < lengths[b])
+    return out
+'''),
+        Variant("logical_and", '''
+def combined_mask(lengths, T):
+    j = torch.arange(T, device=lengths.device)
+    i = j.unsqueeze(-1)
+    return torch.logical_and(j <= i, (j < lengths.view(-1, 1, 1)))
+'''),
+    ],
+    cases=[
+        Case("batch", "lengths (4, 2, 3), T = 4", args=lambda g: (torch.tensor([4, 2, 3]), 4), labels=["mask"]),
+        Case("single", "one sequence of length 3 padded to T = 5", args=lambda g: (torch.tensor([3]), 5),
+             labels=["mask"]),
+        Case("meta", "lengths on the meta device", device="meta", args=lambda g: (torch.tensor([2, 3]), 3),
+             labels=["mask"]),
+    ],
+)
+
+# ---------------------------------------------------------------- masked_softmax
+MSM_REF = '''
+def masked_softmax(scores, mask):
+    allowed = mask.bool()                                              # broadcastable to scores
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+    return weights.masked_fill(~allowed, 0.0)                           # a row with no allowed key -> zeros
+'''
+
+
+def _msm_mask(g, *shape):
+    m = torch.rand(*shape, generator=g) > 0.4
+    m[..., 0] = True
+    return m
+
+
+def _empty_row(g):
+    scores = torch.randn(2, 3, 4, generator=g)
+    mask = _msm_mask(g, 2, 3, 4)
+    mask[0, 1] = False          # query 1 of sequence 0 may attend to nothing
+    mask[1, 2] = False
+    return scores, mask
+
+
+MSM = Exercise(
+    name="masked_softmax", cell="masked_softmax", reference=MSM_REF,
+    mistakes=[
+        Mistake("fill_zero", "blocked scores were set to 0 (or to a value not far below the real scores), so "
+                "they still get weight; set them to -inf before the softmax.", MSM_REF.replace('float("-inf")', "0.0")),
+        Mistake("small_fill", "blocked scores were filled with a small finite number (like -1e3) that can be "
+                "larger than real scores, so weight leaks; use -inf (or torch.finfo(dtype).min).",
+                MSM_REF.replace('float("-inf")', "-1e3")),
+        Mistake("after_softmax", "the mask was applied after the softmax, so allowed weights no longer sum to 1; "
+                "block the scores before the softmax.", '''
+def masked_softmax(scores, mask):
+    return torch.softmax(scores, dim=-1) * mask
+'''),
+        Mistake("nan_rows", "a row with no allowed key is NaN.", '''
+def masked_softmax(scores, mask):
+    return torch.softmax(scores.masked_fill(mask == 0, float("-inf")), dim=-1)
+''', shows="a row where every key is masked"),
+        Mistake("uniform_rows", "a row with no allowed key got equal weights on blocked keys; the course defines "
+                "such a row as all zeros (zero the blocked positions after the softmax).", '''
+def masked_softmax(scores, mask):
+    return torch.softmax(scores.masked_fill(mask == 0, torch.finfo(scores.dtype).min), dim=-1)
+'''),
+    ],
+    variants=[
+        Variant("where_nan_to_num", '''
+def masked_softmax(scores, mask):
+    s = torch.where(mask.bool(), scores, torch.finfo(scores.dtype).min)
+    w = F.softmax(s, dim=-1)
+    return torch.where(mask.bool(), w, torch.zeros((), dtype=w.dtype, device=w.device))
+'''),
+        Variant("manual_exp", '''
+def masked_softmax(scores, mask):
+    allowed = mask != 0
+    s = scores.masked_fill(~allowed, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True).nan_to_num(neginf=0.0)   # an empty row has max -inf: use 0 instead
+    e = torch.exp(s - m)                                      # blocked: exp(-inf) = 0
+    return e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(e.dtype).tiny)
+'''),
+    ],
+    cases=[
+        Case("causal", "a batch of 2, scores (2, 4, 4), a causal bool mask (4, 4)",
+             args=lambda g: (torch.randn(2, 4, 4, generator=g) * 2, torch.ones(4, 4, dtype=torch.bool).tril()),
+             labels=["weights"]),
+        Case("padding01", "scores (3, 4, 5) and a 0/1 padding mask (3, 1, 5)", seed=1,
+             args=lambda g: (torch.randn(3, 4, 5, generator=g),
+                             (torch.arange(5)[None, :] < torch.tensor([5, 2, 3])[:, None]).float()[:, None, :]),
+             labels=["weights"]),
+        Case("very_negative", "float64 scores around -1000 (a small finite fill leaks here)", dtype="float64", seed=2,
+             args=lambda g: (-1000 + torch.randn(2, 3, 5, generator=g) * 3, _msm_mask(g, 2, 3, 5)),
+             labels=["weights"]),
+        Case("float64", "float64 scores with a bool mask", dtype="float64", seed=3,
+             args=lambda g: (torch.randn(3, 4, generator=g), _msm_mask(g, 3, 4)), labels=["weights"]),
+        Case("bfloat16", "bfloat16 scores with a causal mask", dtype="bfloat16", seed=4,
+             args=lambda g: (torch.randn(2, 5, 5, generator=g), torch.ones(5, 5).tril().bool()), labels=["weights"]),
+        Case("meta", "on the meta device", device="meta", seed=5,
+             args=lambda g: (torch.randn(2, 3, 3, generator=g), _msm_mask(g, 2, 3, 3)), labels=["weights"]),
+        Case("empty_row", "a row whose every key is blocked (course rule: all-zero weights)", seed=6,
+             args=_empty_row, labels=["weights"]),
+    ],
+)
+
+# ---------------------------------------------------------------- hand-computed masked weights
+HAND_GIVEN = '''
+S_ex = np.array([[0.5, 2.0, 1.0],
+                 [1.0, -0.5, 3.0],
+                 [-1.0, 1.0, 0.5]])          # already-scaled scores, (T_q=3, T_k=3)
+'''
+
+_HELPERS = '''
+def _msm(s, allowed):
+    e = np.where(allowed, np.exp(s - s.max(axis=-1, keepdims=True)), 0.0)
+    den = e.sum(axis=-1, keepdims=True)
+    return e / np.where(den == 0, 1.0, den)
+_tril = np.tril(np.ones((3, 3))) == 1
+'''
+
+
+def _mw(expr):
+    return f"masked_weights_hand = {expr}"
+
+
+MASKED_HAND = Exercise(
+    name="masked_weights_hand", cell="masked_weights_hand", given=HAND_GIVEN + _HELPERS,
+    reference=_mw("_msm(S_ex, _tril)"),
+    mistakes=[
+        Mistake("no_mask", "no mask was applied: the causal mask blocks every key after the query (upper "
+                "triangle).", _mw("_msm(S_ex, np.ones((3, 3)) == 1)")),
+        Mistake("after_softmax", "the weights were zeroed after a full softmax without renormalising; block the "
+                "scores (-inf) BEFORE the softmax so each row still sums to 1.",
+                _mw("_msm(S_ex, np.ones((3, 3)) == 1) * _tril")),
+        Mistake("upper", "the upper triangle was kept; a causal mask keeps keys on and BELOW the diagonal.",
+                _mw("_msm(S_ex, np.triu(np.ones((3, 3))) == 1)")),
+        Mistake("fill_zero", "blocked scores were replaced by 0 instead of -inf, so they still got weight.",
+                _mw("_msm(np.where(_tril, S_ex, 0.0), np.ones((3, 3)) == 1)")),
+        Mistake("no_diagonal", "the diagonal was blocked too: a token may attend to itself.",
+                _mw("_msm(S_ex, np.tril(np.ones((3, 3)), -1) == 1)")),
+    ],
+    variants=[
+        Variant("typed_lists", _mw("[[1, 0, 0], [0.8176, 0.1824, 0], [0.0777, 0.5741, 0.3482]]")),
+        Variant("rounded_2dp", _mw("np.round(_msm(S_ex, _tril), 2)")),
+    ],
+    cases=[Case("value", "the causally masked weights of the 3-token example", kind="value", api="any", atol=0.01)],
+)
+
+SECTION = Section("03_masking", [CAUSAL, PADDING, COMBINED, MSM, MASKED_HAND])
