@@ -51,3 +51,21 @@ c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 40
 
 c.GenerateFeedback.force = True
+
+# Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB,
+# default 4096) and, with ATTNCOURSE_SANDBOX=1 (or auto), a bubblewrap sandbox.
+# Around Execute: a per-run key for the grader's receipts, then a check that every
+# GRADER.check call in a test cell was answered by the genuine grader (docs/GRADING.md).
+from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
+from nbgrader.preprocessors import (  # noqa: E402
+    AssignLatePenalties, CheckCellMetadata, Execute, IgnorePattern, LimitOutput, SaveAutoGrades,
+)
+
+from attncourse.receipts import IssueReceiptKey, VerifyReceipts  # noqa: E402
+from attncourse.sandbox import configure_nbgrader  # noqa: E402
+
+configure_nbgrader(c, ROOT)
+c.Autograde.autograde_preprocessors = [
+    IssueReceiptKey, Execute, VerifyReceipts, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+]

@@ -24,9 +24,13 @@ Hidden test cells (stripped from the student release) then call
 from __future__ import annotations
 
 import contextlib as _contextlib
+import hashlib as _hashlib
+import hmac as _hmac
 import io as _io
 import os as _os
+import signal as _signal_mod
 import sys as _sys
+import threading as _threading
 import warnings as _warnings
 from pathlib import Path as _Path
 
@@ -50,6 +54,29 @@ _redirect_stdout = _contextlib.redirect_stdout
 _StringIO = _io.StringIO
 _environ_get = _os.environ.get
 _print = print
+_open = open
+_unlink = _os.unlink
+_getcwd = _os.getcwd
+_setattr = setattr
+_hmac_new = _hmac.new
+_sha256 = _hashlib.sha256
+_os_exit = _os._exit
+_os_abort = _os.abort
+_signal = _signal_mod.signal
+_setitimer = _signal_mod.setitimer
+_getsignal = _signal_mod.getsignal
+_ITIMER_REAL = _signal_mod.ITIMER_REAL
+_SIGALRM = _signal_mod.SIGALRM
+_main_thread = _threading.main_thread
+_current_thread = _threading.current_thread
+
+# Written by the nbgrader side (attncourse.receipts) into the notebook's folder just
+# before the kernel starts; the setup cell's Grader reads and deletes it before any
+# student code runs, and signs each passed check with it.
+RECEIPT_FILE = ".attncourse-receipt-key"
+# Longest a single graded call of student code may run (an infinite loop earns nothing
+# for that check; nbgrader's per-cell timeout is the backstop).
+CHECK_TIMEOUT_ENV = "ATTNCOURSE_CHECK_TIMEOUT"
 
 DATA_ENV = "ATTNCOURSE_ROOT"
 
@@ -69,6 +96,91 @@ TOLERANCES = {
 
 class GradingError(AssertionError):
     """A graded check failed; the message says why."""
+
+
+class _CheckTimeout(BaseException):
+    """Raised inside student code when a graded call runs past the time limit."""
+
+
+def _exit_blocked(*args, **kwargs):
+    raise SystemExit("os._exit()/os.abort() is disabled while grading")
+
+
+def _on_alarm(signum, frame):
+    raise _CheckTimeout()
+
+
+def _read_receipt_key():
+    """The per-run signing key left by the autograder (read once, then deleted), or None."""
+    path = _os.path.join(_getcwd(), RECEIPT_FILE)
+    try:
+        with _open(path, "rb") as fh:
+            key = fh.read()
+        _unlink(path)
+        return key or None
+    except OSError:
+        return None
+
+
+def receipt(key: bytes, n: int, label: str) -> str:
+    """The receipt printed after a passed check: proves the genuine grader ran it."""
+    return _hmac_new(key, f"{n}|{label}".encode(), _sha256).hexdigest()[:16]
+
+
+def _install_guard(grader):
+    """Before every later cell, undo rebinding of GRADER and replacement of the grader's code.
+
+    Runs as an IPython ``pre_run_cell`` hook, so a solution cell that rebinds
+    ``GRADER`` or patches ``Grader``'s methods or this module's helpers is
+    undone before the hidden test cells run; the check then prints a notice
+    that the instructor's report shows as "tampering suspected".
+    """
+    try:
+        ip = get_ipython()  # noqa: F821  (defined inside IPython only)
+    except NameError:
+        return
+    if ip is None:
+        return
+    mods = [_sys.modules[__name__], T, _sys.modules[which_mistake.__module__]]
+    snaps = [(m, dict(m.__dict__)) for m in mods]
+    cls_snap = dict(Grader.__dict__)
+    state = {"bound": None}
+    ns = ip.user_ns
+    grading = grader._receipt_key is not None
+    exits = [(_os, "_exit", _exit_blocked), (_os, "abort", _exit_blocked)]
+    try:
+        import posix as _posix
+        exits.append((_posix, "_exit", _exit_blocked))
+    except ImportError:  # pragma: no cover
+        pass
+
+    def guard(*_a, **_k):
+        notes = grader._tampering
+        if state["bound"] is None:
+            state["bound"] = ns.get("GRADER") is grader
+        elif state["bound"] and ns.get("GRADER") is not grader:
+            notes.append("GRADER was rebound by student code (restored)")
+            ns["GRADER"] = grader
+        for mod, snap in snaps:
+            d = mod.__dict__
+            for k, v in snap.items():
+                if d.get(k) is not v:
+                    d[k] = v
+                    notes.append(f"{mod.__name__}.{k} was replaced (restored)")
+        for k, v in cls_snap.items():
+            if Grader.__dict__.get(k) is not v and k not in ("__dict__", "__weakref__"):
+                try:
+                    _setattr(Grader, k, v)
+                except T.Exception_:
+                    pass
+                notes.append(f"Grader.{k} was replaced (restored)")
+        if grading:
+            for mod, name, fn in exits:
+                if mod.__dict__.get(name) is not fn:
+                    mod.__dict__[name] = fn
+
+    ip.events.register("pre_run_cell", guard)
+    guard()
 
 
 def find_course_root(start=None):
@@ -103,8 +215,12 @@ class Grader:
         self.section = section
         self._data = None
         self._root = find_course_root()
+        self._receipt_key = _read_receipt_key()
+        self._count = 0
+        self._tampering = []
         if self._root is not None:
             self._load()
+        _install_guard(self)
 
     # -- data -----------------------------------------------------------------
     def _load(self):
@@ -143,9 +259,20 @@ class Grader:
             problem = _check_property(self, answer, spec, context)
         else:  # pragma: no cover - data error
             raise GradingError(f"unknown check kind {kind!r}")
+        notice = self._tampering_notice()
         if problem is not None:
-            raise GradingError(f"{label}: {problem}")
-        _print(f"✓ {label}")
+            raise GradingError(f"{label}: {problem}{notice}")
+        self._count += 1
+        if self._receipt_key is not None:
+            _print(f"✓ {label}  [#{self._count} {receipt(self._receipt_key, self._count, label)}]{notice}")
+        else:
+            _print(f"✓ {label}{notice}")
+
+    def _tampering_notice(self):
+        if not self._tampering:
+            return ""
+        seen = list(dict.fromkeys(self._tampering))
+        return "\n(tampering suspected: " + "; ".join(seen[:5]) + ")"
 
     # -- running the student's code -----------------------------------------------
     def _device(self, spec):
@@ -176,14 +303,34 @@ class Grader:
         return value
 
     def _guarded(self, fn, *args, **kwargs):
-        """Call student code with warnings and stray stderr/stdout swallowed; return (result, exc)."""
+        """Call student code with warnings and stray stderr/stdout swallowed and a time limit; return (result, exc)."""
         sink = _StringIO()
+        limit = 0.0
         try:
-            with _catch_warnings():
-                _simplefilter("ignore")
-                with _redirect_stderr(sink), _redirect_stdout(sink):
-                    return fn(*args, **kwargs), None
+            limit = T.float_(_environ_get(CHECK_TIMEOUT_ENV, "20") or 0)
+        except T.ValueError_:
+            limit = 20.0
+        timed = limit > 0 and _current_thread() is _main_thread()
+        old = None
+        try:
+            if timed:
+                old = _getsignal(_SIGALRM)
+                _signal(_SIGALRM, _on_alarm)
+                _setitimer(_ITIMER_REAL, limit)
+            try:
+                with _catch_warnings():
+                    _simplefilter("ignore")
+                    with _redirect_stderr(sink), _redirect_stdout(sink):
+                        return fn(*args, **kwargs), None
+            finally:
+                if timed:
+                    _setitimer(_ITIMER_REAL, 0)
+                    _signal(_SIGALRM, old if old is not None else 0)
+        except _CheckTimeout:
+            return None, _CheckTimeout(f"it ran for more than {limit:g} s (an infinite loop?)")
         except T.BaseException_ as exc:  # SystemExit included: it earns nothing
+            if T.type_(exc) is KeyboardInterrupt:
+                raise
             return None, exc
 
     def _run_and_compare(self, answer, spec, context):
@@ -248,6 +395,11 @@ class Grader:
         low = text.lower()
         if name == "SystemExit":
             return "the code tried to exit the interpreter (SystemExit); it earns nothing for this check"
+        if name == "_CheckTimeout":
+            return f"timed out: {text}; it earns nothing for this check"
+        if name == "MemoryError" or "can't allocate memory" in low or "out of memory" in low:
+            return ("ran out of memory (the grading kernel's memory is limited): " + text[:120] +
+                    ". Most likely cause: a huge intermediate tensor or list.")
         if "device" in low or "meta" in low:
             return (msg + ". Most likely cause: a tensor is created on a fixed device (e.g. torch.ones(T, T) "
                     "or .to('cpu') inside the function); create new tensors on the input's device "

@@ -1,0 +1,182 @@
+"""How grading kernels are launched: resource limits, and optionally a bubblewrap sandbox.
+
+``nbgrader_config.py`` calls :func:`configure_nbgrader`, which makes nbgrader's
+``Execute`` preprocessor start every kernel through this file run as a script::
+
+    python attncourse/sandbox.py --mem-mb 4096 [--bwrap --bind-ro PATH ... --bind-rw DIR] -- <kernel command>
+
+The launcher sets ``RLIMIT_DATA`` (a memory hog gets ``MemoryError`` instead of
+taking the machine down; the cell scores zero and grading goes on) and
+``RLIMIT_FSIZE`` (no multi-gigabyte files), then ``exec``s the kernel, inside
+``bwrap`` when sandboxing is on.  The sandboxed kernel sees a read-only Python
+installation and course package, the section's reference data read-only, the
+submission's own folder read-write, a private ``/tmp``, no network and no other
+file of the course (other students' submissions, the gradebook, source/).
+
+Environment (read by the nbgrader process):
+
+* ``ATTNCOURSE_KERNEL_MEM_MB`` — memory limit per kernel (default 4096; 0 = none);
+* ``ATTNCOURSE_SANDBOX`` — ``1`` to run kernels under bubblewrap, ``auto`` to do so
+  when ``bwrap`` works here, ``0``/unset for none.
+
+This file imports only the standard library at module level: it runs as the
+launcher before the kernel exists.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MEM_ENV = "ATTNCOURSE_KERNEL_MEM_MB"
+SANDBOX_ENV = "ATTNCOURSE_SANDBOX"
+DEFAULT_MEM_MB = 4096
+FSIZE_BYTES = 512 * 1024 * 1024
+
+
+# -- the launcher (runs as a script) -------------------------------------------------------
+def _launch(argv):
+    import resource
+
+    mem_mb, use_bwrap, ro, rw, i = DEFAULT_MEM_MB, False, [], [], 0
+    while i < len(argv) and argv[i] != "--":
+        a = argv[i]
+        if a == "--mem-mb":
+            mem_mb, i = int(argv[i + 1]), i + 2
+        elif a == "--bwrap":
+            use_bwrap, i = True, i + 1
+        elif a == "--bind-ro":
+            ro.append(argv[i + 1]); i += 2
+        elif a == "--bind-rw":
+            rw.append(argv[i + 1]); i += 2
+        else:
+            raise SystemExit(f"sandbox: unknown option {a}")
+    cmd = argv[i + 1:]
+    if mem_mb > 0:
+        limit = mem_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if use_bwrap:  # the kernel's working folder (the submission's own folder) stays writable
+        cmd = bwrap_command(cmd, ro, rw + [os.getcwd()], cwd=os.getcwd())
+    os.execvp(cmd[0], cmd)
+
+
+# -- bubblewrap ------------------------------------------------------------------------------
+def _system_ro_paths():
+    paths = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"]
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}:
+        paths.append(p)
+    import site
+
+    for p in site.getsitepackages():
+        paths.append(p)
+        # editable installs (.pth files / finders) point into source trees: bind them read-only too
+        try:
+            for name in os.listdir(p):
+                if name.endswith(".pth") or name.startswith("__editable__"):
+                    try:
+                        with open(os.path.join(p, name)) as fh:
+                            for line in fh:
+                                line = line.strip()
+                                if line.startswith("/") and os.path.isdir(line):
+                                    paths.append(line)
+                    except (OSError, UnicodeDecodeError):
+                        pass
+        except OSError:
+            pass
+    return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
+
+
+def package_dir():
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def bwrap_command(cmd, ro=(), rw=(), cwd=None):
+    """``cmd`` wrapped in bwrap: system and Python read-only, ``rw`` writable, nothing else of the host."""
+    args = ["bwrap", "--die-with-parent", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl"]
+    for p in _system_ro_paths():
+        real = os.path.realpath(p)
+        args += ["--ro-bind", real, real]
+        if real != p:
+            args += ["--symlink", real, p]
+    args += ["--ro-bind", package_dir(), package_dir()]
+    for p in ro:
+        if os.path.exists(p):
+            args += ["--ro-bind", p, p]
+    for p in rw:
+        if os.path.exists(p):
+            args += ["--bind", p, p]
+    if cwd:
+        args += ["--chdir", cwd]
+    return args + ["--"] + list(cmd)
+
+
+def bwrap_works() -> tuple[bool, str]:
+    """(True, '') when a bubblewrap sandbox can start here, else (False, the reason)."""
+    exe = shutil.which("bwrap")
+    if not exe:
+        return False, "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    cmd = bwrap_command([sys.executable, "-S", "-c", "print('ok')"])
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"bwrap could not run: {exc}"
+    if p.returncode != 0 or "ok" not in p.stdout:
+        return False, f"bwrap fails here (exit {p.returncode}): {p.stderr.strip()[:300]}"
+    return True, ""
+
+
+# -- nbgrader side -------------------------------------------------------------------------------
+def _sandbox_wanted() -> bool:
+    mode = os.environ.get(SANDBOX_ENV, "0").strip().lower()
+    if mode in ("", "0", "no", "off", "false"):
+        return False
+    if mode == "auto":
+        return bwrap_works()[0]
+    ok, why = bwrap_works()
+    if not ok:
+        raise RuntimeError(f"{SANDBOX_ENV}={mode} but {why}")
+    return True
+
+
+def configure_nbgrader(c, root):
+    """Make nbgrader's Execute preprocessor start kernels through the launcher (limits, sandbox)."""
+    try:
+        import nbgrader.preprocessors.execute as nbexec
+        from jupyter_client.manager import AsyncKernelManager
+    except ImportError:  # pragma: no cover - config loaded outside nbgrader
+        return
+    if getattr(nbexec.AsyncKernelManager, "_attncourse", False):
+        return
+    mem_mb = int(os.environ.get(MEM_ENV, DEFAULT_MEM_MB) or 0)
+    sandbox = _sandbox_wanted()
+    data_dir = os.path.join(str(root), "graders", "data")
+
+    class LimitedKernelManager(AsyncKernelManager):
+        _attncourse = True
+
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            if sandbox:
+                # the sandbox has its own network namespace: talk to the kernel over unix sockets
+                self._ipc_dir = tempfile.mkdtemp(prefix="attncourse-kernel-")
+                self.transport = "ipc"
+                self.ip = os.path.join(self._ipc_dir, "k")
+                self.connection_file = os.path.join(self._ipc_dir, "connection.json")
+
+        def format_kernel_cmd(self, extra_arguments=None):
+            cmd = super().format_kernel_cmd(extra_arguments)
+            wrap = [sys.executable, "-S", os.path.abspath(__file__), "--mem-mb", str(mem_mb)]
+            if sandbox:
+                wrap += ["--bwrap", "--bind-ro", data_dir, "--bind-rw", self._ipc_dir]
+            return wrap + ["--"] + cmd
+
+    nbexec.AsyncKernelManager = LimitedKernelManager
+
+
+if __name__ == "__main__":
+    _launch(sys.argv[1:])
