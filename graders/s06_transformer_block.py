@@ -319,16 +319,16 @@ ENCODER_DECODER = "encoder-decoder"    # T5-style: reads one sequence, writes an
 '''.strip("\n")
 
 FAMILY_REF = '''
+### BEGIN SOLUTION
 family = {
-    ### BEGIN SOLUTION
     "a": ENCODER_ONLY,
     "b": DECODER_ONLY,
     "c": ENCODER_DECODER,
     "d": ENCODER_ONLY,
     "e": DECODER_ONLY,
     "f": ENCODER_DECODER,
-    ### END SOLUTION
 }
+### END SOLUTION
 '''.strip("\n")
 
 
