@@ -304,12 +304,12 @@ def _value_case(what):
     return [Case("value", what, kind="value", api="any", atol=0.01)]
 
 
-def _hand(name, cell, ref, mistakes, variant):
+def _hand(name, cell, ref, mistakes, variant, what):
     return Exercise(
         name=name, cell=cell, given=HAND_GIVEN + _HELPERS, reference=f"{name} = {ref}",
         mistakes=[Mistake(k, msg, f"{name} = {code}") for k, msg, code in mistakes],
         variants=[Variant("typed_lists", variant), Variant("rounded_2dp", f"{name} = np.round({ref}, 2)")],
-        cases=_value_case(f"the {cell.replace('_', ' ')} of the 3-token example"),
+        cases=_value_case(f"{what} of the 3-token example"),
     )
 
 
@@ -324,7 +324,7 @@ SCORES_HAND = _hand(
      ("keys_with_values", "the values were used as keys; the scores are Q @ Kᵀ.", "Q_ex @ V_ex.T"),
      ("first_dim_only", "only the first coordinate was multiplied; a dot product adds all d_k products.",
       "np.outer(Q_ex[:, 0], K_ex[:, 0])")],
-    "scores_hand = [[1, 3, 4], [0, 1, 2], [2, 2, 0]]")
+    "scores_hand = [[1, 3, 4], [0, 1, 2], [2, 2, 0]]", "the raw scores")
 
 SCALED_HAND = _hand(
     "scaled_hand", "scaled_hand", "Q_ex @ K_ex.T / np.sqrt(2)",
@@ -335,7 +335,7 @@ SCALED_HAND = _hand(
       "Q_ex @ K_ex.T / np.sqrt(3)"),
      ("transposed", "the scaled scores are transposed: row i belongs to query i (Q @ Kᵀ, not K @ Qᵀ).",
       "K_ex @ Q_ex.T / np.sqrt(2)")],
-    "scaled_hand = np.array([[0.7071, 2.1213, 2.8284], [0.0, 0.7071, 1.4142], [1.4142, 1.4142, 0.0]])")
+    "scaled_hand = np.array([[0.7071, 2.1213, 2.8284], [0.0, 0.7071, 1.4142], [1.4142, 1.4142, 0.0]])", "the scaled scores")
 
 WEIGHTS_HAND = _hand(
     "weights_hand", "weights_hand", "_sm(Q_ex @ K_ex.T / np.sqrt(2))",
@@ -347,7 +347,7 @@ WEIGHTS_HAND = _hand(
       "(lambda s: s / s.sum(axis=1, keepdims=True))(Q_ex @ K_ex.T / np.sqrt(2))"),
      ("whole_matrix", "the exponentials were divided by the sum over the whole matrix; normalise each row.",
       "(lambda e: e / e.sum())(np.exp(Q_ex @ K_ex.T / np.sqrt(2)))")],
-    "weights_hand = np.array([[0.074, 0.306, 0.620], [0.140, 0.284, 0.576], [0.446, 0.446, 0.108]])")
+    "weights_hand = np.array([[0.074, 0.306, 0.620], [0.140, 0.284, 0.576], [0.446, 0.446, 0.108]])", "the attention weights")
 
 OUTPUT_HAND = _hand(
     "output_hand", "output_hand", "_sm(Q_ex @ K_ex.T / np.sqrt(2)) @ V_ex",
@@ -360,7 +360,7 @@ OUTPUT_HAND = _hand(
       "_sm(Q_ex @ K_ex.T / np.sqrt(2)).T @ V_ex"),
      ("by_d_k", "the scores were divided by d_k instead of √d_k before the softmax.",
       "_sm(Q_ex @ K_ex.T / 2) @ V_ex")],
-    "output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]")
+    "output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]", "the output")
 
 SECTION = Section("02_qkv_by_hand", [SOFTMAX, SDPA, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
                                      OUTPUT_HAND])
