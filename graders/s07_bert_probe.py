@@ -1,5 +1,9 @@
 """Hidden cases for section 07: probing a BERT-family model's attention.
 
+Every exercise has the same number of mistakes (5) and variants (1): the nbgrader gate
+injects the k-th mistake of every exercise at once and leaves an exercise without a k-th
+mistake as the release stub, which would then lose marks.
+
 Every model-dependent reference output is computed on the SHIPPED all-MiniLM-L6-v2,
 whatever model the notebook's teaching cells chose, and in float64: a float64
 forward pass gives the same numbers on every CPU (to ~1e-15), so
@@ -102,6 +106,16 @@ def attention_maps(sentence, model, tokenizer):
     return tokens, attn
 '''
 
+AM_LAST_LAYER = '''
+def attention_maps(sentence, model, tokenizer):
+    enc = tokenizer(sentence, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_attentions=True)
+    attn = out.attentions[-1][0]                # only the last layer: (H, T, T)
+    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    return tokens, attn
+'''
+
 AM_CAT = '''
 def attention_maps(sentence, model, tokenizer):
     ids = tokenizer.encode(sentence)                                # [CLS] ... [SEP] ids
@@ -127,6 +141,8 @@ ATTENTION_MAPS = Exercise(
         Mistake("no_specials", "tokens must include the special tokens [CLS] and [SEP] (one label per row of "
                 "the attention matrix): use convert_ids_to_tokens on the input ids.", AM_NO_SPECIALS,
                 shows="tokens has"),
+        Mistake("last_layer", "only one layer is returned: stack all L layers into (L, H, T, T).",
+                AM_LAST_LAYER, shows="attn has shape (12,"),
     ],
     variants=[Variant("cat_encode", AM_CAT)],
     cases=[
