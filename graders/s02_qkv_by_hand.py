@@ -306,9 +306,10 @@ def _value_case(what):
 
 def _hand(name, cell, ref, mistakes, variant, what):
     return Exercise(
-        name=name, cell=cell, given=HAND_GIVEN + _HELPERS, reference=f"{name} = {ref}",
-        mistakes=[Mistake(k, msg, f"{name} = {code}") for k, msg, code in mistakes],
-        variants=[Variant("typed_lists", variant), Variant("rounded_2dp", f"{name} = np.round({ref}, 2)")],
+        name=name, cell=cell, given=HAND_GIVEN, reference=f"{_HELPERS}{name} = {ref}",
+        # mistakes and variants are whole solution cells: each carries its own helper
+        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = {code}") for k, msg, code in mistakes],
+        variants=[Variant("typed_lists", variant), Variant("rounded_2dp", f"{_HELPERS}{name} = np.round({ref}, 2)")],
         cases=_value_case(f"{what} of the 3-token example"),
     )
 

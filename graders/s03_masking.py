@@ -267,11 +267,12 @@ _tril = np.tril(np.ones((3, 3))) == 1
 
 
 def _mw(expr):
-    return f"masked_weights_hand = {expr}"
+    """A whole solution cell (the notebook gives only S_ex): the helpers, then the assignment."""
+    return f"{_HELPERS}masked_weights_hand = {expr}"
 
 
 MASKED_HAND = Exercise(
-    name="masked_weights_hand", cell="masked_weights_hand", given=HAND_GIVEN + _HELPERS,
+    name="masked_weights_hand", cell="masked_weights_hand", given=HAND_GIVEN,
     reference=_mw("_msm(S_ex, _tril)"),
     mistakes=[
         Mistake("no_mask", "no mask was applied: the causal mask blocks every key after the query (upper "
@@ -287,7 +288,7 @@ MASKED_HAND = Exercise(
                 _mw("_msm(S_ex, np.tril(np.ones((3, 3)), -1) == 1)")),
     ],
     variants=[
-        Variant("typed_lists", _mw("[[1, 0, 0], [0.8176, 0.1824, 0], [0.0777, 0.5741, 0.3482]]")),
+        Variant("typed_lists", "masked_weights_hand = [[1, 0, 0], [0.8176, 0.1824, 0], [0.0777, 0.5741, 0.3482]]"),
         Variant("rounded_2dp", _mw("np.round(_msm(S_ex, _tril), 2)")),
     ],
     cases=[Case("value", "the causally masked weights of the 3-token example", kind="value", api="any", atol=0.01)],
