@@ -33,13 +33,15 @@ def graded(section: str, tmp_root: str):
     subs = {"instructor": source, "blank": release}
     rounds = {}
     if spec is not None:
+        # Rounds start from the instructor's notebook, so an exercise that has no k-th
+        # mistake (or variant) keeps its correct solution in round k.
         for k in range(max([len(e.mistakes) for e in spec.exercises] + [0])):
             injected = {e.name: e.mistakes[k] for e in spec.exercises if len(e.mistakes) > k}
-            subs[f"mistake{k}"] = with_cells(release, {spec.exercise(n).cell: m.code for n, m in injected.items()})
+            subs[f"mistake{k}"] = with_cells(source, {spec.exercise(n).cell: m.code for n, m in injected.items()})
             rounds[f"mistake{k}"] = injected
         for k in range(max([len(e.variants) for e in spec.exercises] + [0])):
             injected = {e.name: e.variants[k] for e in spec.exercises if len(e.variants) > k}
-            subs[f"variant{k}"] = with_cells(release, {spec.exercise(n).cell: v.code for n, v in injected.items()})
+            subs[f"variant{k}"] = with_cells(source, {spec.exercise(n).cell: v.code for n, v in injected.items()})
             rounds[f"variant{k}"] = injected
     for student, nb in subs.items():
         course.submit(student, section, nb)
