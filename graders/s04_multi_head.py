@@ -190,7 +190,15 @@ MHA_PARAMS = Exercise(
                 "layer.", "mha_params = 3 * (768 * 768 + 768)"),
         Mistake("one_head", "only one head's slice is counted: splitting into heads does not change the size of the "
                 "four d_model × d_model projections.", "mha_params = 4 * (768 * 64 + 64)"),
+        Mistake("times_heads", "the count is multiplied by the number of heads: the heads share the four "
+                "projections (each head owns a slice of them), so the head count does not appear.",
+                "mha_params = 12 * 4 * (768 * 768 + 768)"),
+        Mistake("one_bias", "only one bias vector is counted: each of the four layers has its own d_model biases.",
+                "mha_params = 4 * 768 * 768 + 768"),
+        Mistake("one_projection", "only one projection is counted: there are four (Q, K, V and the output W_O).",
+                "mha_params = 768 * 768 + 768"),
     ],
+    variants=[Variant("expanded", "mha_params = 4 * 768 * 768 + 4 * 768"), Variant("literal", "mha_params = 2362368")],
     cases=[Case("value", "the parameter count of a 768-wide, 12-head attention layer", kind="value", api="any",
                 atol=0.5)],
 )

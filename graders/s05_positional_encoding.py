@@ -45,6 +45,9 @@ PE = Exercise(
         Mistake("positions_from_1", "the positions start at 1: the first token is position 0 (its encoding is "
                 "[0, 1, 0, 1, ...]).",
                 _pe("torch.arange(T, dtype=torch.float32)", "torch.arange(1, T + 1, dtype=torch.float32)")),
+        Mistake("multiplied", "the positions are multiplied by 10000^(2i/d_model) instead of divided: the angle "
+                "is pos / 10000^(2i/d_model), so later pairs turn more slowly.",
+                _pe("angle = pos / 10000 ** (two_i / d_model)", "angle = pos * 10000 ** (two_i / d_model)")),
     ],
     variants=[
         Variant("outer_product", '''

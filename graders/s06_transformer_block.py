@@ -50,6 +50,9 @@ LN = Exercise(
                 _replace(LN_REF, "return (x - mean) /", "return x /")),
         Mistake("fixed_eps", "the eps argument is ignored (a fixed 1e-5 is used): use the eps that is passed in.",
                 _replace(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var + 1e-5)")),
+        Mistake("no_eps", "ε is missing: divide by sqrt(var + eps), which also keeps a constant row from "
+                "dividing 0 by 0.",
+                _replace(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var)")),
     ],
     variants=[
         Variant("torch_var", '''
@@ -276,6 +279,14 @@ def cross_attention(x_dec, x_enc, W_q, W_k, W_v, mask=None):
         s = torch.where(mask.bool(), s, torch.finfo(s.dtype).min)
     w = s.softmax(dim=-1)
     return torch.einsum("...ts,...sv->...tv", w, v), w
+'''), Variant("mT_where", '''
+def cross_attention(x_dec, x_enc, W_q, W_k, W_v, mask=None):
+    K = torch.matmul(x_enc, W_k)
+    scores = torch.matmul(torch.matmul(x_dec, W_q), K.mT) / K.size(-1) ** 0.5
+    if mask is not None:
+        scores = torch.where(mask.bool(), scores, float("-inf"))
+    weights = F.softmax(scores, dim=-1)
+    return torch.matmul(weights, torch.matmul(x_enc, W_v)), weights
 ''')],
     cases=[],
 )
@@ -355,6 +366,22 @@ FAMILY = Exercise(
         Mistake("seq2seq_as_encoder", "tasks that turn one sequence into a new one were given a family that writes "
                 "no text; they need a decoder (with an encoder that reads the input).",
                 _family(c="ENCODER_ONLY", f="ENCODER_ONLY")),
+        Mistake("seq2seq_as_decoder", "tasks that read a whole input and write a separate new sequence were given "
+                "the decoder-only family; the family with an encoder for the input and a decoder for the output "
+                "was built for them.",
+                _family(c="DECODER_ONLY", f="DECODER_ONLY")),
+        Mistake("understanding_as_decoder", "tasks that only label or classify their input were given the "
+                "decoder-only family, which sees only the left context of each token.",
+                _family(a="DECODER_ONLY", d="DECODER_ONLY")),
+        Mistake("continuation_as_seq2seq", "tasks that continue a text were given the encoder-decoder family; "
+                "continuing a text is next-token prediction on one sequence.",
+                _family(b="ENCODER_DECODER", e="ENCODER_DECODER")),
+    ],
+    variants=[
+        Variant("dict_call", "family = dict(a=ENCODER_ONLY, b=DECODER_ONLY, c=ENCODER_DECODER, d=ENCODER_ONLY, "
+                "e=DECODER_ONLY, f=ENCODER_DECODER)"),
+        Variant("strings", "family = {k: v for k, v in zip('abcdef', ['encoder-only', 'decoder-only', "
+                "'encoder-decoder', 'encoder-only', 'decoder-only', 'encoder-decoder'])}"),
     ],
     cases=[Case("answers", "the family for each of the six tasks", kind="value", api="any",
                 hint="Some tasks have the wrong family: for each, ask whether it only reads (understands) its input, "

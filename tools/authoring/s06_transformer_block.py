@@ -364,8 +364,8 @@ print("shapes ok")
 
 nb.tests("test_cross_values", 3, """
 ### BEGIN HIDDEN TESTS
-GRADER.check("cross_attention", "batched", cross_attention)
 GRADER.check("cross_attention", "same_length", cross_attention)
+GRADER.check("cross_attention", "batched", cross_attention)
 GRADER.check("cross_attention", "unbatched", cross_attention)
 GRADER.check("cross_attention", "padding", cross_attention)
 ### END HIDDEN TESTS
@@ -373,8 +373,8 @@ GRADER.check("cross_attention", "padding", cross_attention)
 
 nb.tests("test_cross_dtypes_devices", 2, """
 ### BEGIN HIDDEN TESTS
-GRADER.check("cross_attention", "float64", cross_attention)
 GRADER.check("cross_attention", "bfloat16", cross_attention)
+GRADER.check("cross_attention", "float64", cross_attention)
 GRADER.check("cross_attention", "best_device", cross_attention)
 GRADER.check("cross_attention", "meta", cross_attention)
 ### END HIDDEN TESTS
