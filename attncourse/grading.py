@@ -156,9 +156,9 @@ def _install_guard(grader):
 
     def guard(*_a, **_k):
         notes = grader._tampering
-        if state["bound"] is None:
-            state["bound"] = ns.get("GRADER") is grader
-        elif state["bound"] and ns.get("GRADER") is not grader:
+        if ns.get("GRADER") is grader:
+            state["bound"] = True
+        elif state["bound"]:
             notes.append("GRADER was rebound by student code (restored)")
             ns["GRADER"] = grader
         for mod, snap in snaps:
@@ -174,7 +174,8 @@ def _install_guard(grader):
                 except T.Exception_:
                     pass
                 notes.append(f"Grader.{k} was replaced (restored)")
-        if grading:
+        if grading:  # a correct answer is never marked down for a warning on stderr
+            _simplefilter("ignore")
             for mod, name, fn in exits:
                 if mod.__dict__.get(name) is not fn:
                     mod.__dict__[name] = fn

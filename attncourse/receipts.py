@@ -68,7 +68,8 @@ class VerifyReceipts(NbGraderPreprocessor):
             meta = cell.metadata.get("nbgrader", {})
             if not meta.get("grade"):
                 continue
-            calls = len(_CALL.findall(cell.source))
+            calls = sum(len(_CALL.findall(line)) for line in cell.source.splitlines()
+                        if not line.lstrip().startswith("#"))
             if not calls:
                 continue
             if any(o.get("output_type") == "error" for o in cell.outputs):

@@ -71,22 +71,8 @@ def _system_ro_paths():
         paths.append(p)
     import site
 
-    for p in site.getsitepackages():
-        paths.append(p)
-        # editable installs (.pth files / finders) point into source trees: bind them read-only too
-        try:
-            for name in os.listdir(p):
-                if name.endswith(".pth") or name.startswith("__editable__"):
-                    try:
-                        with open(os.path.join(p, name)) as fh:
-                            for line in fh:
-                                line = line.strip()
-                                if line.startswith("/") and os.path.isdir(line):
-                                    paths.append(line)
-                    except (OSError, UnicodeDecodeError):
-                        pass
-        except OSError:
-            pass
+    # (editable installs point a .pth at the course checkout: only the package folder is bound, below)
+    paths += site.getsitepackages()
     return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
 
 
@@ -98,18 +84,15 @@ def bwrap_command(cmd, ro=(), rw=(), cwd=None):
     """``cmd`` wrapped in bwrap: system and Python read-only, ``rw`` writable, nothing else of the host."""
     args = ["bwrap", "--die-with-parent", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
             "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl"]
-    for p in _system_ro_paths():
-        real = os.path.realpath(p)
-        args += ["--ro-bind", real, real]
-        if real != p:
-            args += ["--symlink", real, p]
-    args += ["--ro-bind", package_dir(), package_dir()]
-    for p in ro:
-        if os.path.exists(p):
-            args += ["--ro-bind", p, p]
-    for p in rw:
-        if os.path.exists(p):
-            args += ["--bind", p, p]
+    binds = [(os.path.realpath(p), "--ro-bind") for p in _system_ro_paths() + [package_dir()]]
+    binds += [(os.path.realpath(p), "--ro-bind") for p in ro if os.path.exists(p)]
+    binds += [(os.path.realpath(p), "--bind") for p in rw if os.path.exists(p)]
+    # parents before children, so that a later bind is not hidden by an earlier one
+    for path, how in sorted(dict(binds).items(), key=lambda kv: (kv[0].count("/"), kv[0])):
+        args += [how, path, path]
+    for p in _system_ro_paths():  # /bin -> usr/bin, /lib64 -> usr/lib64 (the ELF interpreter lives there)
+        if os.path.islink(p) and p.count("/") == 1:
+            args += ["--symlink", os.readlink(p), p]
     if cwd:
         args += ["--chdir", cwd]
     return args + ["--"] + list(cmd)
@@ -139,7 +122,9 @@ def _sandbox_wanted() -> bool:
         return bwrap_works()[0]
     ok, why = bwrap_works()
     if not ok:
-        raise RuntimeError(f"{SANDBOX_ENV}={mode} but {why}")
+        # nbgrader ignores a config file that raises: refuse to start kernels instead
+        print(f"{SANDBOX_ENV}={mode} but {why}: no kernel will start", file=sys.stderr)
+        return "broken"
     return True
 
 
@@ -170,6 +155,8 @@ def configure_nbgrader(c, root):
 
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
+            if sandbox == "broken":
+                return [sys.executable, "-c", "raise SystemExit('sandbox requested but bwrap does not work here')"]
             wrap = [sys.executable, "-S", os.path.abspath(__file__), "--mem-mb", str(mem_mb)]
             if sandbox:
                 wrap += ["--bwrap", "--bind-ro", data_dir, "--bind-rw", self._ipc_dir]

@@ -129,3 +129,128 @@ class Course:
         nb = self.autograded_nb(section, student)
         return {c.metadata["nbgrader"]["grade_id"]: cell_text(c) for c in nb.cells
                 if c.metadata.get("nbgrader", {}).get("grade")}
+
+
+# -- the corpus of adversarial and broken submissions (tests/corpus/) ---------------------------
+CORPUS_SECTION = "02_qkv_by_hand"
+CORPUS_CELL = "sdpa"                      # solution cell of scaled_dot_product_attention
+CORPUS_EXERCISE = "scaled_dot_product_attention"
+
+
+def corpus_cases(batch: str) -> dict:
+    import importlib
+    import pkgutil
+
+    import corpus
+
+    out = {}
+    for info in pkgutil.iter_modules(corpus.__path__):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"corpus.{info.name}")
+        if getattr(mod, "BATCH", None) == batch:
+            out[info.name] = mod
+    return out
+
+
+def slim(nb):
+    """The notebook with only its nbgrader cells (setup, solutions, tests): fast to autograde."""
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader")]
+    return nb
+
+
+def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | None = None):
+    """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via tools/grade.py."""
+    from tools.grade import grade
+
+    section = CORPUS_SECTION
+    course = Course(root, [section])
+    course.generate(section)
+    source = slim(course.source_nb(section))
+    cell_by_id(source, CORPUS_CELL)  # the section keeps this grade_id
+    cases = corpus_cases(batch)
+    course.submit("correct", section, source)
+    for name, mod in cases.items():
+        nb = copy.deepcopy(source)
+        if getattr(mod, "SDPA", None):
+            nb = with_cells(nb, {CORPUS_CELL: mod.SDPA})
+        fname = None
+        if hasattr(mod, "build"):
+            nb = mod.build(nb)
+            if isinstance(nb, tuple):
+                fname, nb = nb
+        course.submit(name, section, nb, name=fname)
+    env = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "30"}
+    env.update(extra_env or {})
+    report = grade(section, course.root, timeout=timeout, log=lambda *a: None, extra_env=env)
+    return course, source, cases, report
+
+
+def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
+    """Every way the batch's outcome differs from what each corpus module expects."""
+    import re
+
+    section = CORPUS_SECTION
+    pat = re.compile(r"GRADER\.check\(\s*[\"']" + re.escape(CORPUS_EXERCISE) + r"[\"']")
+    hidden = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
+              if c.metadata.get("nbgrader", {}).get("grade") and pat.search(c.source)]
+    graded = [c.metadata["nbgrader"]["grade_id"] for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    sdpa_related = set(hidden) | {g for g in graded if "sdpa" in g}
+    students = report["students"]
+    problems = []
+    good = students.get("correct")
+    if not good or good["score"] != good["max_score"] or not good["max_score"]:
+        problems.append(f"the correct submission lost marks in the same batch: {good}")
+    for name, mod in cases.items():
+        e = students.get(name)
+        if e is None:
+            problems.append(f"{name}: missing from the report")
+            continue
+        cells = e.get("cells", {})
+        expect = mod.EXPECT
+        if expect == "nothing":
+            if e["score"]:
+                problems.append(f"{name}: expected no score, got {e['score']}")
+        elif expect == "full":
+            if e["score"] != e["max_score"]:
+                problems.append(f"{name}: expected full marks, got {e['score']}/{e['max_score']}: {e['failures']}")
+        else:
+            if not cells:
+                problems.append(f"{name}: not graded: {e['reasons']}")
+                continue
+            lost = getattr(mod, "LOST", None)
+            if lost is None and getattr(mod, "LOST_CASES", None):
+                lost = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
+                        if c.metadata.get("nbgrader", {}).get("grade_id") in hidden
+                        and any(re.search(rf"GRADER\.check\(\s*[\"']{CORPUS_EXERCISE}[\"']\s*,\s*[\"']{k}[\"']", c.source)
+                                for k in mod.LOST_CASES)]
+                if not lost:
+                    problems.append(f"{name}: no hidden cell runs the cases {mod.LOST_CASES}")
+            lost = hidden if lost is None else lost
+            for gid in lost:
+                if cells.get(gid, (1, 1))[0] != 0:
+                    problems.append(f"{name}: {gid} earned {cells.get(gid)} (expected 0)")
+            if expect == "partial":
+                for gid in set(hidden) - set(lost):
+                    if cells[gid][0] != cells[gid][1]:
+                        problems.append(f"{name}: {gid} lost marks {cells[gid]} (only {lost} should)")
+            if getattr(mod, "OTHERS", False):
+                for gid in set(graded) - sdpa_related:
+                    if cells[gid][0] != cells[gid][1]:
+                        problems.append(f"{name}: other exercise's cell {gid} lost marks {cells[gid]}")
+        shows = getattr(mod, "SHOWS", None)
+        if shows:
+            text = "\n".join(t for g, t in e["failures"] if g in sdpa_related)
+            if shows not in text:
+                try:
+                    msgs = course.messages(section, name)
+                    text += "\n".join(msgs.get(g, "") for g in hidden)
+                except Exception:  # noqa: BLE001
+                    pass
+            if shows not in text:
+                problems.append(f"{name}: feedback lacks {shows!r}: {text[-500:]}")
+        reason = getattr(mod, "REASON", None)
+        if reason and not any(reason in r for r in e["reasons"]):
+            problems.append(f"{name}: report reasons lack {reason!r}: {e['reasons']}")
+    return problems

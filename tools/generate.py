@@ -26,10 +26,43 @@ def generate_release(section: str) -> None:
     print(f"release/{section}")
 
 
+CHECK_MD = ("## Check my work\n\n"
+            "**Save the notebook first** (Ctrl+S / ⌘S): the check grades the saved file with the hidden tests, "
+            "offline, in a temporary copy, and prints the points per exercise and what to fix. "
+            "From a shell: `./course check {num}`.")
+CHECK_CODE = 'from attncourse.selfcheck import check\ncheck("{section}")'
+
+
+def selfstudy_notebook(release_nb, section: str):
+    """The self-study edition of a section: the release notebook plus a final "check my work" cell."""
+    import copy
+
+    import nbformat
+
+    nb = copy.deepcopy(release_nb)
+    md = nbformat.v4.new_markdown_cell(CHECK_MD.format(num=section[:2]))
+    md.id = "check-my-work-intro"
+    code = nbformat.v4.new_code_cell(CHECK_CODE.format(section=section))
+    code.id = "check-my-work"
+    nb.cells += [md, code]
+    return nb
+
+
+def generate_selfstudy(section: str) -> None:
+    import nbformat
+
+    release = nbformat.read(str(ROOT / "release" / section / f"{section}.ipynb"), as_version=4)
+    out = ROOT / "notebooks" / section / f"{section}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(selfstudy_notebook(release, section), str(out))
+    print(f"notebooks/{section}")
+
+
 def main(argv=None):
     names = (argv if argv is not None else sys.argv[1:]) or sections_with_source()
     for name in names:
         generate_release(name)
+        generate_selfstudy(name)
 
 
 if __name__ == "__main__":

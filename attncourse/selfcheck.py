@@ -1,0 +1,169 @@
+"""Self-study check: grade your SAVED notebook with the hidden tests, offline.
+
+From the notebook's last cell::
+
+    from attncourse.selfcheck import check; check("02_qkv_by_hand")
+
+or from a shell: ``./course check 02``.  It copies your saved notebook into a
+temporary course folder (with the section's source assignment and the hidden
+reference data), runs nbgrader's own ``generate_assignment`` and ``autograde``
+there, and prints per-exercise points and the grader's messages.  It never prints
+hidden test code, reference values or solutions.  Save first (Ctrl+S): the check
+reads the file on disk, not the cells in your browser.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
+_CALL = re.compile(r"GRADER\.check\(\s*[\"']([^\"']+)[\"']")
+
+
+def _course_root():
+    from .grading import find_course_root
+
+    root = find_course_root()
+    if root is None:
+        here = Path(__file__).resolve().parents[1]
+        if (here / "graders" / "data").is_dir():
+            root = here
+    return root
+
+
+def _resolve(section: str, root: Path) -> str:
+    from .course import SECTIONS
+
+    if section in SECTIONS:
+        return section
+    match = [s for s in SECTIONS if s.startswith(str(section).zfill(2))]
+    if len(match) != 1:
+        raise SystemExit(f"unknown section {section!r}; one of {', '.join(SECTIONS)}")
+    return match[0]
+
+
+def _first_line(text: str) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text or "").strip()
+    return text.split("\n")[0][:400]
+
+
+def run_check(section: str, notebook: Path | None = None, root: Path | None = None, timeout: int = 60) -> dict:
+    """Autograde a copy of the saved notebook; return {'exercises': [...], 'score', 'max_score', 'seconds'}."""
+    t0 = time.time()
+    root = Path(root) if root else _course_root()
+    if root is None:
+        raise SystemExit("cannot find the course folder (graders/data): run this inside the course checkout")
+    section = _resolve(section, root)
+    notebook = Path(notebook) if notebook else root / "notebooks" / section / f"{section}.ipynb"
+    if not notebook.is_file():
+        raise SystemExit(f"no notebook at {notebook}")
+    with tempfile.TemporaryDirectory(prefix="attncourse-check-") as tmp:
+        tmp = Path(tmp)
+        shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
+        shutil.copytree(root / "source" / section, tmp / "source" / section,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        (tmp / "graders" / "data").mkdir(parents=True)
+        shutil.copy(root / "graders" / "data" / f"{section}.pt", tmp / "graders" / "data" / f"{section}.pt")
+        sub = tmp / "submitted" / "me" / section
+        sub.mkdir(parents=True)
+        shutil.copy(notebook, sub / f"{section}.ipynb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER_", "ATTNCOURSE_ROOT"))}
+        env.update({RUNNING_ENV: "1", "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg",
+                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        py = [sys.executable, "-m", "nbgrader"]
+        gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
+                             capture_output=True, text=True)
+        if gen.returncode != 0:
+            raise SystemExit("could not prepare the check:\n" + gen.stdout[-1500:] + gen.stderr[-1500:])
+        ag = subprocess.run(py + ["autograde", section, "--create", "--force", f"--Execute.timeout={timeout}"],
+                            cwd=tmp, env=env, capture_output=True, text=True)
+        graded = tmp / "autograded" / "me" / section / f"{section}.ipynb"
+        if not graded.is_file():
+            log = (ag.stdout + ag.stderr).lower()
+            why = ("the notebook is not valid JSON" if "json" in log else
+                   "the kernel died while running it" if "dead" in log or "died" in log else
+                   "nbgrader could not run it")
+            return {"section": section, "error": why, "exercises": [], "score": 0, "max_score": None,
+                    "seconds": round(time.time() - t0, 1)}
+        nb = json.loads(graded.read_text())
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{tmp / 'gradebook.db'}") as gb:
+            s = gb.find_submission(section, "me")
+            points = {g.name: (g.score or 0.0, g.max_score) for n in s.notebooks for g in n.grades
+                      if g.cell_type == "code"}
+    exercises: dict = {}
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if not meta.get("grade") or cell.get("cell_type") != "code" or gid not in points:
+            continue
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        names = list(dict.fromkeys(_CALL.findall(src))) or ["visible checks"]
+        name = ", ".join(names)
+        msgs = []
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error":
+                ename = o.get("ename", "Error")
+                if ename in ("KeyboardInterrupt", "CellTimeoutError"):
+                    msgs.append("timed out (an infinite loop?)")
+                elif ename == "GradingError":
+                    msgs.append(_first_line(o.get("evalue", "")))
+                else:
+                    msgs.append(f"{ename}: {_first_line(o.get('evalue', ''))}")
+            elif o.get("output_type") == "stream" and o.get("name") == "stderr":
+                msgs.append("printed on stderr (a test cell must print nothing there)")
+        got, full = points[gid]
+        ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
+        ex["score"] += got
+        ex["max_score"] += full
+        ex["cells"].append({"cell": gid, "score": got, "max_score": full, "messages": msgs})
+    result = {"section": section, "exercises": list(exercises.values()),
+              "score": sum(e["score"] for e in exercises.values()),
+              "max_score": sum(e["max_score"] for e in exercises.values()),
+              "seconds": round(time.time() - t0, 1)}
+    return result
+
+
+def format_result(result: dict) -> str:
+    if result.get("error"):
+        return f"{result['section']}: could not be checked: {result['error']}"
+    lines = [f"{result['section']}: {result['score']:g} / {result['max_score']:g} points "
+             f"(checked in {result['seconds']:g} s)"]
+    for ex in result["exercises"]:
+        mark = "✓" if ex["score"] == ex["max_score"] else "✗"
+        lines.append(f"  {mark} {ex['exercise']}: {ex['score']:g} / {ex['max_score']:g}")
+        for c in ex["cells"]:
+            for m in c["messages"]:
+                lines.append(f"      {c['cell']}: {m}")
+    return "\n".join(lines)
+
+
+def check(section: str, notebook: str | None = None) -> dict | None:
+    """Check your saved notebook against the hidden tests and print what each exercise earned."""
+    if os.environ.get(RUNNING_ENV):
+        return None  # this is the copy being graded: do not recurse
+    print("Checking the last SAVED version of your notebook — save first (Ctrl+S / ⌘S) if you changed anything.")
+    result = run_check(section, Path(notebook) if notebook else None)
+    print(format_result(result))
+    return result
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: ./course check NN [path/to/notebook.ipynb]")
+        return 2
+    check(argv[0], argv[1] if len(argv) > 1 else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""Plain mistake: a tensor created on a fixed device (caught on the meta device)."""
+from ._base import CORRECT
+LOST_CASES = ["meta"]   # the hidden cells running these cases score 0
+BATCH, EXPECT, OTHERS = "faults", "zero", True
+SDPA = CORRECT.replace("    weights = torch.softmax(scores, dim=-1)",
+                       "    scores = scores + torch.zeros(scores.shape[-1], dtype=scores.dtype)\n    weights = torch.softmax(scores, dim=-1)")
+SHOWS = "fixed device"

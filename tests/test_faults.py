@@ -1,0 +1,90 @@
+"""Faults and bad input: tests/corpus/f_*.py graded in one batch with `./course grade`'s code.
+
+An infinite loop, a memory hog, a kernel that dies, a notebook that is not JSON, a
+renamed notebook, warnings, a flood of output, and the plain mistakes (wrong
+shape, NaN, dtype, type, an exception, a fixed device): each gets its expected
+score and a clear reason in the instructor's report, and a correct submission in
+the same batch keeps full marks.  The feedback HTML shows the message and no
+reference values.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+
+from harness import CORPUS_SECTION, corpus_problems, grade_corpus
+
+pytestmark = pytest.mark.xdist_group("corpus_faults")
+
+
+@functools.lru_cache(maxsize=None)
+def _batch(tmp):
+    from pathlib import Path
+
+    return grade_corpus("faults", Path(tmp) / "faults", timeout=10)
+
+
+@pytest.fixture
+def batch(tmp_path_factory):
+    return _batch(str(tmp_path_factory.getbasetemp()))
+
+
+def test_faults_are_contained(batch):
+    course, source, cases, report = batch
+    problems = corpus_problems(source, cases, report, course)
+    assert not problems, "\n".join(problems)
+
+
+def test_report_prints_every_student(batch):
+    from tools.grade import format_report
+
+    _, _, cases, report = batch
+    text = format_report(report)
+    for name in list(cases) + ["correct"]:
+        assert re.search(rf"^{name}\s", text, re.M), name
+
+
+def test_feedback_html_names_the_mistake_without_reference_values(batch):
+    import torch
+
+    course, _, _, _ = batch
+    section = CORPUS_SECTION
+    course.nbgrader("generate_feedback", section, "--student=f_wrong_shape", "--force")
+    html = (course.root / "feedback" / "f_wrong_shape" / section / f"{section}.html").read_text()
+    assert "has shape" in html
+    data = torch.load(course.root / "graders" / "data" / f"{section}.pt", weights_only=True)
+    leaked = []
+    for key, case in data["cases"].items():
+        if not key.startswith("scaled_dot_product_attention:"):
+            continue
+        for part in case.get("expected", ()) if isinstance(case.get("expected"), tuple) else [case.get("expected")]:
+            if isinstance(part, torch.Tensor) and part.is_floating_point():
+                for v in part.flatten()[:6].tolist():
+                    if abs(v) > 1e-3 and f"{v:.4f}" in html:
+                        leaked.append((key, v))
+    assert not leaked, leaked
+
+
+def test_check_time_limit_in_process(monkeypatch):
+    """The grader stops a looping call itself (ATTNCOURSE_CHECK_TIMEOUT) and says so."""
+    from attncourse.grading import Grader
+
+    monkeypatch.setenv("ATTNCOURSE_CHECK_TIMEOUT", "0.5")
+    g = Grader.__new__(Grader)
+
+    def loop():
+        while True:
+            pass
+
+    got, exc = g._guarded(loop)
+    assert got is None and "more than 0.5 s" in str(exc)
+    assert "timed out" in g._explain_exception(exc, None, {})
+
+
+def test_grade_command_survives_an_empty_section(tmp_path):
+    from tools.grade import grade
+
+    report = grade(CORPUS_SECTION, tmp_path, log=lambda *a: None)
+    assert report["students"] == {}

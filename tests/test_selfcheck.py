@@ -1,0 +1,59 @@
+"""The self-study edition (notebooks/) and its "check my work" cell / `./course check NN`."""
+from __future__ import annotations
+
+import pytest
+
+from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, read_nb, with_cells
+from sections import params, with_source
+
+
+def _released():
+    return [s for s in with_source() if (ROOT / "release" / s / f"{s}.ipynb").is_file()]
+
+
+@pytest.mark.parametrize("section", params(_released()))
+def test_notebooks_in_sync_with_release(section):
+    from tools.generate import selfstudy_notebook
+
+    path = ROOT / "notebooks" / section / f"{section}.ipynb"
+    assert path.is_file(), f"notebooks/{section} missing: run ./course generate"
+    fresh = selfstudy_notebook(read_nb(ROOT / "release" / section / f"{section}.ipynb"), section)
+    assert read_nb(path) == fresh, f"notebooks/{section} is out of date: run ./course generate"
+    assert f'check("{section}")' in read_nb(path).cells[-1].source
+
+
+@pytest.mark.xdist_group("selfcheck")
+def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
+    """A learner's saved notebook (one exercise wrong) is checked offline, fast, without leaking tests."""
+    import nbformat
+
+    from attncourse.selfcheck import check
+    from corpus._base import WRONG
+    from tools.generate import selfstudy_notebook
+
+    section = CORPUS_SECTION
+    source = read_nb(ROOT / "source" / section / f"{section}.ipynb")
+    nb = selfstudy_notebook(with_cells(source, {CORPUS_CELL: WRONG}), section)
+    # a learner's copy still holds the solutions here, but the hidden tests come only from source/
+    path = tmp_path / f"{section}.ipynb"
+    nbformat.write(nb, str(path))
+    result = check(section, str(path))
+    out = capsys.readouterr().out
+    assert "save first" in out.lower()
+    assert result["seconds"] < 120, result["seconds"]
+    by_name = {e["exercise"]: e for e in result["exercises"]}
+    sdpa = by_name["scaled_dot_product_attention"]
+    assert sdpa["score"] < sdpa["max_score"]
+    assert "Most likely cause" in out
+    others = [e for n, e in by_name.items() if n not in ("scaled_dot_product_attention", "visible checks")]
+    assert others and all(e["score"] == e["max_score"] for e in others), others
+    for secret in ("GRADER.check", "BEGIN HIDDEN", "BEGIN SOLUTION"):
+        assert secret not in out
+
+
+def test_check_cell_is_a_noop_inside_the_checker(monkeypatch, capsys):
+    from attncourse.selfcheck import RUNNING_ENV, check
+
+    monkeypatch.setenv(RUNNING_ENV, "1")
+    assert check(CORPUS_SECTION) is None
+    assert capsys.readouterr().out == ""

@@ -1,0 +1,296 @@
+"""Autograde every submission of a section and print a per-student report.
+
+    ./course grade 02_qkv_by_hand [--timeout 60] [--json report.json] [--root DIR]
+
+Runs ``nbgrader autograde <section> --create --force`` once for the whole batch
+(submissions live in ``submitted/<student>/<section>/``), re-runs alone any
+submission that nbgrader could not grade to learn why, then prints for every
+student: the total score, each test cell that lost points with the first line of
+its message, and reasons such as "cell timed out", "kernel died", "notebook is
+not valid JSON", "notebook missing (found other.ipynb)", "tampering suspected: …".
+One bad submission never stops the others: every step is per student and guarded.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Student code (any cell that is not locked) that tries to trick the checks.
+TAMPER_PATTERNS = [
+    (r"\bGRADER\b", "a student cell uses GRADER"),
+    (r"\battncourse\s*\.\s*(grading|trusted|diagnose|receipts|sandbox)\b|from\s+attncourse\.(grading|trusted|diagnose)",
+     "a student cell reaches into the grader's modules"),
+    (r"\b(np|numpy)\s*\.\s*(allclose|isclose|array_equal|testing(\s*\.\s*\w+)?)\s*=(?!=)",
+     "rebinds a NumPy comparison"),
+    (r"\btorch\s*\.\s*(allclose|equal|isclose|testing(\s*\.\s*\w+)?)\s*=(?!=)", "rebinds a torch comparison"),
+    (r"\btorch\s*\.\s*(Tensor|_C\s*\.\s*TensorBase)\s*\.\s*\w+\s*=(?!=)", "monkeypatches torch.Tensor"),
+    (r"setattr\(\s*(torch|np|numpy|builtins|__builtins__)\b", "setattr on a library module"),
+    (r"\bbuiltins\b|__builtins__", "touches builtins"),
+    (r"\bos\s*\.\s*(_exit|abort|kill)\b|\bsys\s*\.\s*exit\b|\bSystemExit\b", "tries to exit the interpreter"),
+    (r"get_ipython\s*\(", "uses IPython internals"),
+    (r"\bgc\s*\.\s*get_objects|sys\s*\.\s*_getframe|__closure__|__globals__|\bsys\s*\.\s*modules\b",
+     "inspects interpreter internals"),
+    (r"class\s+\w+\s*\(\s*(torch\s*\.\s*)?Tensor\s*\)|class\s+\w+\s*\(\s*(np\s*\.\s*|numpy\s*\.\s*)?ndarray\s*\)",
+     "defines a tensor/array subclass"),
+    (r"def\s+__(eq|ne|sub|rsub|array|array_ufunc|array_function|torch_function|float|bool)__\s*\(",
+     "defines comparison/conversion dunders"),
+    (r"print\s*\(.*(✓|\bpass(ed)?\b|\bcorrect\b|\bOK\b)", "prints fake pass text"),
+    (r"receipt", "mentions the grader's receipts"),
+]
+
+TIMEOUT_NAMES = {"KeyboardInterrupt", "CellTimeoutError"}
+
+
+def _first_line(text: str, limit: int = 240) -> str:
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text or "").strip()
+    line = text.split("\n")[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _nbgrader(root: Path, args, timeout=None, env=None):
+    cmd = [sys.executable, "-m", "nbgrader", *args]
+    try:
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", (exc.stderr or "") + "\nTIMEOUT")
+
+
+def release_notebook(root: Path, section: str):
+    import nbformat
+
+    for base in ("release", "source"):
+        p = root / base / section / f"{section}.ipynb"
+        if p.is_file():
+            return nbformat.read(str(p), as_version=4)
+    return None
+
+
+def prescan(root: Path, section: str, student: str, release) -> dict:
+    """What can be told before grading: missing/renamed/invalid notebooks, edited cells, suspicious code."""
+    folder = root / "submitted" / student / section
+    out = {"fatal": None, "notes": [], "tamper": []}
+    path = folder / f"{section}.ipynb"
+    if not path.is_file():
+        others = sorted(p.name for p in folder.glob("*.ipynb"))
+        out["fatal"] = (f"notebook missing (found {', '.join(others)})" if others
+                        else f"notebook missing (no .ipynb in submitted/{student}/{section})")
+        return out
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        if not isinstance(data, dict) or "cells" not in data:
+            raise ValueError("no cells")
+    except (ValueError, OSError) as exc:
+        out["fatal"] = f"notebook is not valid JSON ({_first_line(str(exc), 80)})"
+        return out
+    cells = [c for c in data.get("cells", []) if isinstance(c, dict)]
+    sub_ids = {}
+    for c in cells:
+        gid = (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+        if gid:
+            sub_ids[gid] = c
+    if release is not None:
+        for rc in release.cells:
+            meta = rc.metadata.get("nbgrader", {})
+            gid = meta.get("grade_id")
+            if not gid or not meta.get("locked"):
+                continue
+            kind = "setup cell" if gid == "setup" else ("test cell" if meta.get("grade") else "locked cell")
+            sc = sub_ids.get(gid)
+            if sc is None:
+                restored = "restored and scored" if meta.get("grade") else "not restored: the grader did not run"
+                out["tamper"].append(f"{kind} {gid} was deleted ({restored})")
+            else:
+                src = sc.get("source", "")
+                src = "".join(src) if isinstance(src, list) else src
+                if src.strip() != rc.source.strip() and "HIDDEN TESTS" not in src:
+                    out["tamper"].append(f"{kind} {gid} was edited (restored from the gradebook)")
+    found = []
+    for c in cells:
+        meta = c.get("metadata", {}).get("nbgrader") or {}
+        if c.get("cell_type") != "code" or meta.get("locked"):
+            continue
+        src = c.get("source", "")
+        src = "".join(src) if isinstance(src, list) else src
+        where = meta.get("grade_id") or "an extra cell"
+        for pat, why in TAMPER_PATTERNS:
+            if re.search(pat, src):
+                found.append(f"{why} ({where})")
+    out["tamper"] += list(dict.fromkeys(found))
+    return out
+
+
+def classify_log(log: str) -> str:
+    """A reason for an nbgrader failure, from its log."""
+    low = log.lower()
+    if "deadkernelerror" in low or "kernel died" in low or "kernel has died" in low:
+        return "kernel died (the notebook crashed or killed its Python process: os.kill, a segfault, or the memory limit)"
+    if "notjsonerror" in low or "does not appear to be json" in low:
+        return "notebook is not valid JSON"
+    if "no notebooks found" in low:
+        return "notebook missing"
+    if "timeout" in low and "kernel" in low and "start" in low:
+        return "kernel did not start in time"
+    errors = [ln for ln in log.splitlines() if "ERROR]" in ln and "There was an error" not in ln
+              and "Please see" not in ln]
+    return "autograde failed: " + _first_line(errors[-1].split("]", 1)[-1] if errors else log[-200:])
+
+
+def cell_failures(nb) -> tuple[list, list]:
+    """(failures, reasons) from an autograded notebook: test cells that errored, and timeouts."""
+    failures, reasons = [], []
+    for idx, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id") or f"cell {idx + 1}"
+        errs = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        stderr = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream" and o.get("name") == "stderr"]
+        for e in errs:
+            if e.get("ename") in TIMEOUT_NAMES:
+                reasons.append(f"cell timed out ({gid})")
+                break
+            if e.get("ename") == "TamperingSuspected":
+                reasons.append(f"tampering suspected: {gid}: {_first_line(e.get('evalue', ''), 160)}")
+        for o in cell.get("outputs", []):
+            text = o.get("text", "") if o.get("output_type") == "stream" else o.get("evalue", "")
+            m = re.search(r"\(tampering suspected: ([^)]*)\)", text or "")
+            if m:
+                reasons.append(f"tampering suspected: {m.group(1)}")
+        if meta.get("grade") and (errs or stderr):
+            if errs:
+                e = errs[-1] if errs[-1].get("ename") == "TamperingSuspected" else errs[0]
+                name = e.get("ename", "Error")
+                msg = _first_line(e.get("evalue", ""))
+                text = msg if name == "GradingError" else f"{name}: {msg}" if msg else name
+            else:
+                text = "printed on stderr: " + _first_line("".join(o.get("text", "") for o in stderr))
+            failures.append((gid, text))
+    return failures, list(dict.fromkeys(reasons))
+
+
+def scores(root: Path, section: str, student: str):
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        try:
+            sub = gb.find_submission(section, student)
+        except MissingEntry:
+            return None
+        cells = {}
+        for nb in sub.notebooks:
+            for g in nb.grades:
+                cells[g.name] = (g.score, g.max_score)
+        return sub.score, sub.max_score, cells
+
+
+def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=None, log=print,
+          extra_env: dict | None = None) -> dict:
+    import nbformat
+
+    root = Path(root)
+    t0 = time.time()
+    subdir = root / "submitted"
+    all_students = sorted(p.name for p in subdir.iterdir() if (p / section).is_dir()) if subdir.is_dir() else []
+    students = [s for s in all_students if not students or s in students]
+    release = release_notebook(root, section)
+    pre = {}
+    for s in students:
+        try:
+            pre[s] = prescan(root, section, s, release)
+        except Exception as exc:  # noqa: BLE001 - a report, never a crash
+            pre[s] = {"fatal": None, "notes": [f"could not prescan: {exc}"], "tamper": []}
+    extra = [f"--Execute.timeout={timeout}"] if timeout else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER_"))}
+    for name in [n for n in os.environ if n.startswith("ATTNCOURSE_") and n not in
+                 ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_CHECK_TIMEOUT")]:
+        env.pop(name, None)
+    env["PYTHONWARNINGS"] = "ignore"
+    env.update(extra_env or {})
+    if len(students) == len(all_students):
+        batch = _nbgrader(root, ["autograde", section, "--create", "--force", *extra], env=env)
+    else:
+        for s in students:
+            batch = _nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra], env=env)
+    if not students:
+        batch = subprocess.CompletedProcess([], 0, "", "")
+    report = {"section": section, "students": {}, "batch_returncode": batch.returncode}
+    for s in students:
+        entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": []}
+        try:
+            info = pre[s]
+            nb_path = root / "autograded" / s / section / f"{section}.ipynb"
+            if info["fatal"]:
+                entry["reasons"].append(info["fatal"])
+            elif not nb_path.is_file():
+                # nbgrader could not grade it: grade it alone to learn why
+                single = _nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra],
+                                   env=env)
+                entry["reasons"].append(classify_log(single.stdout + single.stderr))
+            if nb_path.is_file():
+                nb = nbformat.read(str(nb_path), as_version=4)
+                entry["failures"], reasons = cell_failures(nb)
+                entry["reasons"] += reasons
+                res = scores(root, section, s)
+                if res is not None:
+                    entry["score"], entry["max_score"], entry["cells"] = res
+            entry["reasons"] += [f"tampering suspected: {t}" for t in info["tamper"]]
+            entry["reasons"] += info["notes"]
+        except Exception as exc:  # noqa: BLE001
+            entry["reasons"].append(f"report failed for this submission: {type(exc).__name__}: {exc}")
+        if entry["max_score"] is None:
+            try:
+                entry["max_score"] = float(sum(
+                    float(c.metadata["nbgrader"].get("points", 0)) for c in (release.cells if release else [])
+                    if c.metadata.get("nbgrader", {}).get("grade")))
+            except Exception:  # noqa: BLE001
+                entry["max_score"] = 0.0
+        entry["reasons"] = list(dict.fromkeys(entry["reasons"]))
+        report["students"][s] = entry
+    report["seconds"] = round(time.time() - t0, 1)
+    log(format_report(report))
+    return report
+
+
+def format_report(report: dict) -> str:
+    lines = [f"{report['section']}: {len(report['students'])} submissions graded in {report['seconds']} s", ""]
+    for s, e in report["students"].items():
+        lines.append(f"{s:<24} {e['score']:g} / {e['max_score']:g}")
+        for gid, text in e["failures"]:
+            lines.append(f"    ✗ {gid}: {text}")
+        for r in e["reasons"]:
+            lines.append(f"    ! {r}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="./course grade", description=__doc__.split("\n")[0])
+    ap.add_argument("section")
+    ap.add_argument("--root", default=str(ROOT), help="course folder (default: this one)")
+    ap.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: config)")
+    ap.add_argument("--student", action="append", help="only these students")
+    ap.add_argument("--json", help="also write the report as JSON here")
+    args = ap.parse_args(argv)
+    from attncourse.course import SECTIONS
+
+    section = args.section
+    if section not in SECTIONS:
+        match = [s for s in SECTIONS if s.startswith(section)]
+        if len(match) != 1:
+            ap.error(f"unknown section {section!r}; one of {', '.join(SECTIONS)}")
+        section = match[0]
+    report = grade(section, Path(args.root), args.timeout, args.student)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
