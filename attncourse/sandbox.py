@@ -83,7 +83,10 @@ def package_dir():
 def bwrap_command(cmd, ro=(), rw=(), cwd=None):
     """``cmd`` wrapped in bwrap: system and Python read-only, ``rw`` writable, nothing else of the host."""
     args = ["bwrap", "--die-with-parent", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl"]
+            "--setenv", "HOME", "/tmp", "--setenv", "MPLCONFIGDIR", "/tmp/mpl",
+            # in its own PID namespace the kernel's parent is bwrap's pid 1: ipykernel would read that
+            # as "parent died" and quit; --die-with-parent already ties it to the grader
+            "--unsetenv", "JPY_PARENT_PID"]
     binds = [(os.path.realpath(p), "--ro-bind") for p in _system_ro_paths() + [package_dir()]]
     binds += [(os.path.realpath(p), "--ro-bind") for p in ro if os.path.exists(p)]
     binds += [(os.path.realpath(p), "--bind") for p in rw if os.path.exists(p)]
@@ -157,7 +160,7 @@ def configure_nbgrader(c, root):
             cmd = super().format_kernel_cmd(extra_arguments)
             if sandbox == "broken":
                 return [sys.executable, "-c", "raise SystemExit('sandbox requested but bwrap does not work here')"]
-            wrap = [sys.executable, "-S", os.path.abspath(__file__), "--mem-mb", str(mem_mb)]
+            wrap = [sys.executable, os.path.abspath(__file__), "--mem-mb", str(mem_mb)]
             if sandbox:
                 wrap += ["--bwrap", "--bind-ro", data_dir, "--bind-rw", self._ipc_dir]
             return wrap + ["--"] + cmd
