@@ -387,7 +387,7 @@ Three decoder tokens reading a five-token input, of which the last is padding:
 nb.code("""
 torch.manual_seed(4)
 x_enc, x_dec = torch.randn(1, 5, 8), torch.randn(1, 3, 8)          # (B, T_enc, d), (B, T_dec, d)
-W_q, W_k, W_v = torch.randn(3, 8, 8).unbind(0)
+W_q, W_k, W_v = (torch.randn(3, 8, 8) / 8 ** 0.5).unbind(0)     # each (d_model, d_k)
 pad = torch.tensor([[[True, True, True, True, False]]])           # (B, 1, T_enc)
 out, w = cross_attention(x_dec, x_enc, W_q, W_k, W_v, pad)
 print("weights", tuple(w.shape), "output", tuple(out.shape))
