@@ -192,7 +192,7 @@ for t in range(4):
 """)
 
 nb.md("""
-### Exercise 2 (6 points) · `apply_rope(x)`
+### Exercise 2 (7 points) · `apply_rope(x)`
 
 `x` has shape `(..., T, d)` with `d` even: positions are the second-to-last axis, starting at 0 (a
 `(T, d)` input or a `(B, h, T, d)` batch of heads). Return a tensor of the same shape, device and dtype in
