@@ -91,14 +91,14 @@ ndarray_tolist = _np.ndarray.tolist
 
 
 def np_count_nonzero(x) -> int:
-    """Number of true entries of an exact ndarray (C-level ufunc reduce only)."""
-    flat = ndarray_reshape(ndarray_astype(x, _np_bool_dtype), -1)
+    """Number of true entries of an exact ndarray or numpy scalar (C-level ufunc reduce only)."""
+    flat = ndarray_reshape(ndarray_astype(np_asarray(x), _np_bool_dtype), -1)
     return int_(_add_reduce(ndarray_astype(flat, _np_int64)))
 
 
 def np_amax(x):
     """Largest entry of a non-empty exact ndarray (C-level ufunc reduce only)."""
-    return _max_reduce(ndarray_reshape(x, -1))
+    return _max_reduce(ndarray_reshape(np_asarray(x), -1))
 
 # --- torch ----------------------------------------------------------------------
 _TB = _torch._C.TensorBase
