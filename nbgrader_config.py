@@ -27,7 +27,7 @@ c = get_config()  # noqa: F821
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "attention-transformers"
 c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store", "figures"]
 # Only notebooks travel with an assignment; reference data stays in graders/.
 c.CourseDirectory.include = ["*"]
 c.CourseDirectory.max_file_size = 2000  # kB; a huge submission file is skipped, not copied

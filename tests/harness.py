@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def course_env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNCOURSE_", "JPY_", "JUPYTER_"))}
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # nbgrader runs alembic
     env["PYTHONWARNINGS"] = "ignore"
     env["MPLBACKEND"] = "Agg"
     env["HF_HUB_OFFLINE"] = "1"
