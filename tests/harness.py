@@ -78,6 +78,9 @@ class Course:
     def nbgrader(self, *args, timeout=1800, check=True) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=course_env(),
                               capture_output=True, text=True, timeout=timeout)
+        from tools.grade import check_config_loaded
+
+        check_config_loaded(proc)
         if check and proc.returncode != 0:
             raise RuntimeError(f"nbgrader {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc

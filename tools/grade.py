@@ -55,12 +55,30 @@ def _first_line(text: str, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+CONFIG_FAILED = "Exception while loading config file"
+
+
+class ConfigError(RuntimeError):
+    """nbgrader_config.py raised: nbgrader would carry on with defaults (no receipts, no limits)."""
+
+
+def check_config_loaded(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """Refuse a run in which nbgrader could not load nbgrader_config.py."""
+    if CONFIG_FAILED in (proc.stdout or "") + (proc.stderr or ""):
+        log = (proc.stdout or "") + (proc.stderr or "")
+        start = log.find(CONFIG_FAILED)
+        raise ConfigError("nbgrader could not load nbgrader_config.py; grading without it would drop the "
+                          "receipts, time and memory limits:\n" + log[start:start + 2000])
+    return proc
+
+
 def _nbgrader(root: Path, args, timeout=None, env=None):
     cmd = [sys.executable, "-m", "nbgrader", *args]
     try:
-        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", (exc.stderr or "") + "\nTIMEOUT")
+    return check_config_loaded(proc)
 
 
 def release_notebook(root: Path, section: str):
