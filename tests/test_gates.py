@@ -12,7 +12,10 @@ then autograde in one batch
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +50,25 @@ def graded(section: str, tmp_root: str):
         course.submit(student, section, nb)
     course.autograde(section)
     results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
+    _write_score_table(section, rounds, results)
     return course, spec, source, rounds, results
+
+
+def _write_score_table(section, rounds, results):
+    """With ATTNCOURSE_SCORE_DIR set, save each submission's total and per-cell scores (for release notes)."""
+    out_dir = os.environ.get("ATTNCOURSE_SCORE_DIR")
+    if not out_dir:
+        return
+    table = {}
+    for student, (scores, _) in results.items():
+        injected = rounds.get(student, {})
+        table[student] = {
+            "total": sum(v[0] for v in scores.values()), "max": sum(v[1] for v in scores.values()),
+            "injected": {name: getattr(item, "key", "") for name, item in injected.items()},
+            "cells": {k: list(v) for k, v in scores.items()},
+        }
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    (Path(out_dir) / f"{section}.json").write_text(json.dumps(table, indent=1))
 
 
 @pytest.fixture
