@@ -23,14 +23,18 @@ CORPUS_A = ["The cat sat on the mat", "the dog sat", "A cat and a dog"]
 CORPUS_B = ["Attention is all you need", "you need data", "ATTENTION please"]
 
 # ---------------------------------------------------------------- build_vocab
+# Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s01_tokens.py puts it there);
+# the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
 VOCAB_REF = '''
 def build_vocab(corpus):
+    ### BEGIN SOLUTION
     vocab = {PAD: 0, UNK: 1}
     for sentence in corpus:
         for word in tokenize(sentence):
             if word not in vocab:
                 vocab[word] = len(vocab)
     return vocab
+    ### END SOLUTION
 '''
 
 # A dict with extra or missing keys cannot be matched against a stored mistake (the grader
@@ -108,7 +112,9 @@ VOCAB_A = {"[PAD]": 0, "[UNK]": 1, "the": 2, "cat": 3, "sat": 4, "on": 5, "mat":
 
 ENCODE_REF = '''
 def encode(text, vocab):
+    ### BEGIN SOLUTION
     return [vocab.get(word, vocab[UNK]) for word in tokenize(text)]
+    ### END SOLUTION
 '''
 
 ENCODE = Exercise(
@@ -157,8 +163,10 @@ def encode(text, vocab):
 # ---------------------------------------------------------------- decode
 DECODE_REF = '''
 def decode(ids, vocab):
+    ### BEGIN SOLUTION
     id_to_word = {i: w for w, i in vocab.items()}
     return " ".join(id_to_word[int(i)] for i in ids if int(i) != vocab[PAD])
+    ### END SOLUTION
 '''
 
 # The same vocabulary, with its entries stored in a different order than their ids.
@@ -216,11 +224,13 @@ def decode(ids, vocab):
 # ---------------------------------------------------------------- pad_batch
 PAD_REF = '''
 def pad_batch(seqs, pad_id=0):
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)       # (B,)
+    ### BEGIN SOLUTION
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)                 # (B,)
     padded = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)   # (B, max_len)
     for b, s in enumerate(seqs):
         padded[b, :len(s)] = torch.tensor(s, dtype=torch.long)
     return padded, lengths
+    ### END SOLUTION
 '''
 
 PAD_BATCH = Exercise(
@@ -277,8 +287,10 @@ def pad_batch(seqs, pad_id=0):
 # ---------------------------------------------------------------- embed
 EMBED_REF = '''
 def embed(ids, table):
+    ### BEGIN SOLUTION
     one_hot = F.one_hot(ids, num_classes=table.shape[0]).to(table.dtype)   # (..., V)
     return one_hot @ table                                                  # (..., d_model)
+    ### END SOLUTION
 '''
 
 

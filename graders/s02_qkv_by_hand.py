@@ -13,12 +13,17 @@ import torch
 from .spec import Case, Exercise, Mistake, Section, Variant
 
 # ---------------------------------------------------------------- softmax (NumPy)
+# Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s02_qkv_by_hand.py puts it
+# there); the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
 SOFTMAX_REF = '''
 def softmax(x, axis=-1):
+    """Softmax of a NumPy array along `axis`; stable for large inputs."""
+    ### BEGIN SOLUTION
     x = np.asarray(x, dtype=float)
-    shifted = x - np.max(x, axis=axis, keepdims=True)   # largest entry becomes 0: exp() cannot overflow
+    shifted = x - np.max(x, axis=axis, keepdims=True)   # largest entry per slice becomes 0
     e = np.exp(shifted)
     return e / np.sum(e, axis=axis, keepdims=True)
+    ### END SOLUTION
 '''
 
 SOFTMAX = Exercise(
@@ -89,12 +94,14 @@ def softmax(x, axis=-1):
 # ---------------------------------------------------------------- scaled dot-product attention
 SDPA_REF = '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
+    ### BEGIN SOLUTION
     d_k = Q.shape[-1]
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)          # (..., T_q, T_k)
     if mask is not None:
         scores = scores.masked_fill(~mask.bool(), float("-inf"))
     weights = torch.softmax(scores, dim=-1)                     # each row sums to 1
     return weights @ V, weights                                 # (..., T_q, d_v), (..., T_q, T_k)
+    ### END SOLUTION
 '''
 
 
@@ -188,18 +195,22 @@ SA_REF = '''
 class SelfAttention(nn.Module):
     def __init__(self, d_model, d_k):
         super().__init__()
+        ### BEGIN SOLUTION
         self.d_k = d_k
         self.W_q = nn.Linear(d_model, d_k, bias=False)
         self.W_k = nn.Linear(d_model, d_k, bias=False)
         self.W_v = nn.Linear(d_model, d_k, bias=False)
+        ### END SOLUTION
 
-    def forward(self, x, mask=None):                      # x: (..., T, d_model)
-        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)     # each (..., T, d_k)
-        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)   # (..., T, T)
+    def forward(self, x, mask=None):
+        ### BEGIN SOLUTION
+        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)              # each (..., T, d_k)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)       # (..., T, T)
         if mask is not None:
             scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)             # (..., T, T)
-        return weights @ V, weights                         # (..., T, d_k), (..., T, T)
+        weights = torch.softmax(scores, dim=-1)                      # (..., T, T)
+        return weights @ V, weights                                  # (..., T, d_k), (..., T, T)
+        ### END SOLUTION
 '''
 
 

@@ -15,9 +15,13 @@ import torch
 from .spec import Case, Exercise, Mistake, Section, Variant
 
 # ---------------------------------------------------------------- causal_mask
+# Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s03_masking.py puts it there);
+# the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
 CAUSAL_REF = '''
 def causal_mask(T, device=None):
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()    # (T, T), True on and below the diagonal
+    ### BEGIN SOLUTION
+    return torch.ones(T, T, dtype=torch.bool, device=device).tril()    # (T, T)
+    ### END SOLUTION
 '''
 
 
@@ -64,8 +68,10 @@ def causal_mask(T, device=None):
 # ---------------------------------------------------------------- padding_mask
 PAD_REF = '''
 def padding_mask(lengths, max_len):
+    ### BEGIN SOLUTION
     positions = torch.arange(max_len, device=lengths.device)     # (max_len,)
     return positions[None, :] < lengths[:, None]                 # (B, max_len)
+    ### END SOLUTION
 '''
 
 
@@ -114,10 +120,12 @@ def padding_mask(lengths, max_len):
 # ---------------------------------------------------------------- combined_mask
 COMBINED_REF = '''
 def combined_mask(lengths, T):
+    ### BEGIN SOLUTION
     pos = torch.arange(T, device=lengths.device)                 # (T,)
     causal = pos[:, None] >= pos[None, :]                        # (T, T): key j <= query i
     real = pos[None, :] < lengths[:, None]                       # (B, T): key j is a real token
     return causal[None, :, :] & real[:, None, :]                 # (B, T, T)
+    ### END SOLUTION
 '''
 
 COMBINED = Exercise(
@@ -169,9 +177,11 @@ def combined_mask(lengths, T):
 # ---------------------------------------------------------------- masked_softmax
 MSM_REF = '''
 def masked_softmax(scores, mask):
-    allowed = mask.bool()                                              # broadcastable to scores
+    ### BEGIN SOLUTION
+    allowed = mask.bool()                                               # broadcastable to scores
     weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-    return weights.masked_fill(~allowed, 0.0)                           # a row with no allowed key -> zeros
+    return weights.masked_fill(~allowed, 0.0)                            # empty rows: NaN -> 0
+    ### END SOLUTION
 '''
 
 

@@ -54,14 +54,18 @@ def _random_attention(g, L, H, T, sharp=2.0):
 # ---------------------------------------------------------------------------------------------
 # attention_maps
 # ---------------------------------------------------------------------------------------------
+# AM_REF, SH_REF and STS_CELL are the notebook's solution cells, exactly (tools/authoring/s07_bert_probe.py
+# puts them there); the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
 AM_REF = '''
 def attention_maps(sentence, model, tokenizer):
+    ### BEGIN SOLUTION
     enc = tokenizer(sentence, return_tensors="pt")                  # input_ids: (1, T)
     with torch.no_grad():
         out = model(**enc, output_attentions=True)                  # L tensors of (1, H, T, T)
     attn = torch.stack(out.attentions).squeeze(1).cpu()             # (L, H, T, T)
     tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])  # T strings, [CLS] ... [SEP]
     return tokens, attn
+    ### END SOLUTION
 '''
 
 AM_SOFTMAX_AGAIN = '''
@@ -159,6 +163,7 @@ ATTENTION_MAPS = Exercise(
 # ---------------------------------------------------------------------------------------------
 SH_REF = '''
 def strongest_head(attn, tokens, query, key):
+    ### BEGIN SOLUTION
     for name in (query, key):
         if name not in tokens:
             raise ValueError(f"token {name!r} is not in the sentence's tokens {tokens}")
@@ -167,6 +172,7 @@ def strongest_head(attn, tokens, query, key):
     flat = int(torch.argmax(w))                        # index into the L*H flattened grid
     layer, head = divmod(flat, w.shape[1])
     return layer, head, float(w[layer, head])
+    ### END SOLUTION
 '''
 
 SH_ONE_INDEXED = SH_REF.replace("return layer, head, float(w[layer, head])",
@@ -256,10 +262,10 @@ STRONGEST_HEAD = Exercise(
 # ---------------------------------------------------------------------------------------------
 # special_token_share
 # ---------------------------------------------------------------------------------------------
-STS_REF = '''
-import string
-
+# The notebook's setup cell imports string; the reference adds that import in front of the cell.
+STS_CELL = '''
 def special_token_share(attn, tokens):
+    ### BEGIN SOLUTION
     def is_punct(tok):
         return len(tok) > 0 and all(c in string.punctuation for c in tok)
 
@@ -273,7 +279,10 @@ def special_token_share(attn, tokens):
         to_group = attn[:, :, :, cols].sum(dim=-1)          # (L, H, T): weight each query gives the group
         shares[name] = to_group.mean(dim=(1, 2)).tolist()  # mean over heads and queries: L floats
     return shares
+    ### END SOLUTION
 '''
+
+STS_REF = "\nimport string\n" + STS_CELL
 
 STS_ROWS = STS_REF.replace("to_group = attn[:, :, :, cols].sum(dim=-1)", "to_group = attn[:, :, cols, :].sum(dim=-2)")
 

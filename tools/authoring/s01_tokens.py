@@ -1,5 +1,5 @@
 """Write source/01_tokens/01_tokens.ipynb: ``python -m tools.authoring.s01_tokens``."""
-from graders.s01_tokens import GIVEN
+from graders.s01_tokens import DECODE_REF, EMBED_REF, ENCODE_REF, GIVEN, PAD_REF, VOCAB_REF
 from tools.authoring import hidden, setup_source
 from tools.nbauthor import Notebook
 
@@ -53,17 +53,7 @@ nb.md("""
 and then gives every new word (from `tokenize`) the next free id, **in order of first appearance**.
 A word seen again keeps its first id.
 """)
-nb.solution("build_vocab", """
-def build_vocab(corpus):
-    ### BEGIN SOLUTION
-    vocab = {PAD: 0, UNK: 1}
-    for sentence in corpus:
-        for word in tokenize(sentence):
-            if word not in vocab:
-                vocab[word] = len(vocab)
-    return vocab
-    ### END SOLUTION
-""")
+nb.solution("build_vocab", VOCAB_REF)
 nb.code("""
 corpus = ["The cat sat on the mat", "The dog sat on the log", "A cat saw a dog"]
 vocab = build_vocab(corpus)
@@ -90,19 +80,8 @@ nb.md("""
 - `decode` returns the words joined by single spaces; `[PAD]` ids are dropped, an `[UNK]` id stays visible as
   `[UNK]`. Do not assume the dict is stored in id order: build the inverse mapping.
 """)
-nb.solution("encode", """
-def encode(text, vocab):
-    ### BEGIN SOLUTION
-    return [vocab.get(word, vocab[UNK]) for word in tokenize(text)]
-    ### END SOLUTION
-""")
-nb.solution("decode", """
-def decode(ids, vocab):
-    ### BEGIN SOLUTION
-    id_to_word = {i: w for w, i in vocab.items()}
-    return " ".join(id_to_word[int(i)] for i in ids if int(i) != vocab[PAD])
-    ### END SOLUTION
-""")
+nb.solution("encode", ENCODE_REF)
+nb.solution("decode", DECODE_REF)
 nb.code("""
 ids = encode("The zebra sat on the mat", vocab)
 print(ids)
@@ -158,16 +137,7 @@ the padding.
 first and `pad_id` after them, and `lengths`, a `torch.long` tensor `(B,)` with each sequence's original
 length.
 """)
-nb.solution("pad_batch", """
-def pad_batch(seqs, pad_id=0):
-    ### BEGIN SOLUTION
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)                 # (B,)
-    padded = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)   # (B, max_len)
-    for b, s in enumerate(seqs):
-        padded[b, :len(s)] = torch.tensor(s, dtype=torch.long)
-    return padded, lengths
-    ### END SOLUTION
-""")
+nb.solution("pad_batch", PAD_REF)
 nb.code("""
 batch_ids = [encode(s, vocab) for s in corpus[:2] + ["a dog sat"]]
 padded, lengths = pad_batch(batch_ids)
@@ -212,13 +182,7 @@ Return the embeddings of `ids` (any shape, `torch.long`) as **one-hot @ table**:
 `ids.shape + (d_model,)`, with the table's dtype and device. Make the one-hot matrix with one column per
 vocabulary entry (`table.shape[0]`) and in the table's dtype, on the table's device.
 """)
-nb.solution("embed", """
-def embed(ids, table):
-    ### BEGIN SOLUTION
-    one_hot = F.one_hot(ids, num_classes=table.shape[0]).to(table.dtype)   # (..., V)
-    return one_hot @ table                                                  # (..., d_model)
-    ### END SOLUTION
-""")
+nb.solution("embed", EMBED_REF)
 nb.tests("test_embed_visible", 1, """
 # Visible checks: shape and dtype.
 _t = torch.randn(5, 3, dtype=torch.float64)

@@ -1,5 +1,5 @@
 """Write source/02_qkv_by_hand/02_qkv_by_hand.ipynb: ``python -m tools.authoring.s02_qkv_by_hand``."""
-from graders.s02_qkv_by_hand import HAND_GIVEN
+from graders.s02_qkv_by_hand import HAND_GIVEN, SA_REF, SDPA_REF, SOFTMAX_REF
 from tools.authoring import hidden, setup_source
 from tools.nbauthor import Notebook
 
@@ -66,16 +66,7 @@ Write `softmax(x, axis=-1)`: NumPy array in, NumPy array out, normalised along `
 axis sums to 1), stable for large inputs such as `[1000, 1001]`. Use `keepdims=True` so the max and the sum
 broadcast back over the right axis.
 """)
-nb.solution("softmax", """
-def softmax(x, axis=-1):
-    \"\"\"Softmax of a NumPy array along `axis`; stable for large inputs.\"\"\"
-    ### BEGIN SOLUTION
-    x = np.asarray(x, dtype=float)
-    shifted = x - np.max(x, axis=axis, keepdims=True)   # largest entry per slice becomes 0
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
-    ### END SOLUTION
-""")
+nb.solution("softmax", SOFTMAX_REF)
 nb.tests("test_softmax_visible", 1, """
 # Visible checks: type, shape, rows sum to 1, no overflow.
 _p = softmax(np.array([[1.0, 2.0, 3.0], [1000.0, 1001.0, 1002.0]]))
@@ -276,17 +267,7 @@ exactly 0. Section 03 is all about masks; here you only need that one line.
 Return the output `(..., T_q, d_v)` and the weights `(..., T_q, T_k)`, on the input's device and dtype
 (create no tensor on a fixed device).
 """)
-nb.solution("sdpa", """
-def scaled_dot_product_attention(Q, K, V, mask=None):
-    ### BEGIN SOLUTION
-    d_k = Q.shape[-1]
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)          # (..., T_q, T_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask.bool(), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)                     # each row sums to 1
-    return weights @ V, weights                                 # (..., T_q, d_v), (..., T_q, T_k)
-    ### END SOLUTION
-""")
+nb.solution("sdpa", SDPA_REF)
 nb.tests("test_sdpa_visible", 1, """
 # Visible checks: shapes, rows sum to 1, blocked keys get 0.
 _Q, _K, _V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
@@ -353,27 +334,7 @@ In self-attention `Q`, `K` and `V` all come from the same input `x` through thre
 Write the attention steps inside `forward` (each exercise is graded on its own, so do not call your
 function from Exercise 2).
 """)
-nb.solution("self_attention", """
-class SelfAttention(nn.Module):
-    def __init__(self, d_model, d_k):
-        super().__init__()
-        ### BEGIN SOLUTION
-        self.d_k = d_k
-        self.W_q = nn.Linear(d_model, d_k, bias=False)
-        self.W_k = nn.Linear(d_model, d_k, bias=False)
-        self.W_v = nn.Linear(d_model, d_k, bias=False)
-        ### END SOLUTION
-
-    def forward(self, x, mask=None):
-        ### BEGIN SOLUTION
-        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)              # each (..., T, d_k)
-        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)       # (..., T, T)
-        if mask is not None:
-            scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)                      # (..., T, T)
-        return weights @ V, weights                                  # (..., T, d_k), (..., T, T)
-        ### END SOLUTION
-""")
+nb.solution("self_attention", SA_REF)
 nb.tests("test_self_attention_visible", 1, """
 # Visible checks: the contract's parameter names and the shapes.
 _attn = SelfAttention(d_model=16, d_k=8)

@@ -1,5 +1,5 @@
 """Write source/03_masking/03_masking.ipynb: ``python -m tools.authoring.s03_masking``."""
-from graders.s03_masking import HAND_GIVEN
+from graders.s03_masking import CAUSAL_REF, COMBINED_REF, HAND_GIVEN, MSM_REF, PAD_REF
 from tools.authoring import hidden, setup_source
 from tools.nbauthor import Notebook
 
@@ -61,12 +61,7 @@ The padding gets nothing, even though its score was the largest.
 Return a bool tensor `(T, T)`, True on and below the diagonal (query `i` may see keys `0..i`), created
 directly on `device`.
 """)
-nb.solution("causal_mask", """
-def causal_mask(T, device=None):
-    ### BEGIN SOLUTION
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()    # (T, T)
-    ### END SOLUTION
-""")
+nb.solution("causal_mask", CAUSAL_REF)
 nb.code("""
 print(causal_mask(4).int())
 """)
@@ -91,13 +86,7 @@ nb.md("""
 `(B, max_len)`, True at the real tokens (positions `0 .. length-1`, padding is on the right), on `lengths`'
 device.
 """)
-nb.solution("padding_mask", """
-def padding_mask(lengths, max_len):
-    ### BEGIN SOLUTION
-    positions = torch.arange(max_len, device=lengths.device)     # (max_len,)
-    return positions[None, :] < lengths[:, None]                 # (B, max_len)
-    ### END SOLUTION
-""")
+nb.solution("padding_mask", PAD_REF)
 nb.code("""
 print(padding_mask(torch.tensor([3, 1]), 4).int())
 """)
@@ -146,15 +135,7 @@ blocks **keys** (the last axis), so it is broadcast as `(B, 1, T)`.
 Return a bool tensor `(B, T, T)` with `mask[b, i, j] = (j <= i) and (j < lengths[b])`, on `lengths`' device.
 Write it self-contained (each exercise is graded on its own, so do not call your functions above).
 """)
-nb.solution("combined_mask", """
-def combined_mask(lengths, T):
-    ### BEGIN SOLUTION
-    pos = torch.arange(T, device=lengths.device)                 # (T,)
-    causal = pos[:, None] >= pos[None, :]                        # (T, T): key j <= query i
-    real = pos[None, :] < lengths[:, None]                       # (B, T): key j is a real token
-    return causal[None, :, :] & real[:, None, :]                 # (B, T, T)
-    ### END SOLUTION
-""")
+nb.solution("combined_mask", COMBINED_REF)
 nb.tests("test_combined_mask_visible", 1, """
 # Visible checks: bool and shape.
 _m = combined_mask(torch.tensor([3, 2]), 4)
@@ -214,14 +195,7 @@ way that works with any fill: after the softmax, set the blocked positions to 0 
 dtype and device as `scores`: blocked keys get 0, each row's allowed keys follow a softmax, and a row with no
 allowed key is all zeros. It must hold for any float dtype and for strongly negative scores.
 """)
-nb.solution("masked_softmax", """
-def masked_softmax(scores, mask):
-    ### BEGIN SOLUTION
-    allowed = mask.bool()                                               # broadcastable to scores
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-    return weights.masked_fill(~allowed, 0.0)                            # empty rows: NaN -> 0
-    ### END SOLUTION
-""")
+nb.solution("masked_softmax", MSM_REF)
 nb.tests("test_masked_softmax_visible", 1, """
 # Visible checks: shape, blocked keys are 0, allowed keys sum to 1.
 _s = torch.randn(2, 4, 4)

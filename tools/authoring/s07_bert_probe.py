@@ -13,6 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from graders.s07_bert_probe import AM_REF, SH_REF, STS_CELL  # noqa: E402
 from tools.nbauthor import Notebook  # noqa: E402
 
 OUT = ROOT / "source" / "07_bert_probe" / "07_bert_probe.ipynb"
@@ -151,17 +152,7 @@ Run the model without gradients. Use the `model` and `tokenizer` you are given: 
 tests call your function with the shipped MiniLM, on sentences you have not seen.
 """)
 
-nb.solution("attention_maps", r"""
-def attention_maps(sentence, model, tokenizer):
-    ### BEGIN SOLUTION
-    enc = tokenizer(sentence, return_tensors="pt")                  # input_ids: (1, T)
-    with torch.no_grad():
-        out = model(**enc, output_attentions=True)                  # L tensors of (1, H, T, T)
-    attn = torch.stack(out.attentions).squeeze(1).cpu()             # (L, H, T, T)
-    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])  # T strings, [CLS] ... [SEP]
-    return tokens, attn
-    ### END SOLUTION
-""")
+nb.solution("attention_maps", AM_REF)
 
 nb.tests("test_attention_maps_shapes", 1, r"""
 _tokens, _attn = attention_maps("Cats sleep.", model, tokenizer)
@@ -219,19 +210,7 @@ weight to the **first occurrence** of the token `key` — that weight is in the 
 names the missing token.
 """)
 
-nb.solution("strongest_head", r"""
-def strongest_head(attn, tokens, query, key):
-    ### BEGIN SOLUTION
-    for name in (query, key):
-        if name not in tokens:
-            raise ValueError(f"token {name!r} is not in the sentence's tokens {tokens}")
-    i, j = tokens.index(query), tokens.index(key)    # first occurrences
-    w = attn[:, :, i, j]                               # (L, H): weight from query i to key j
-    flat = int(torch.argmax(w))                        # index into the L*H flattened grid
-    layer, head = divmod(flat, w.shape[1])
-    return layer, head, float(w[layer, head])
-    ### END SOLUTION
-""")
+nb.solution("strongest_head", SH_REF)
 
 nb.tests("test_strongest_head_toy", 1, r"""
 _toy = torch.full((2, 3, 4, 4), 0.25)     # (L=2, H=3, T=4, T=4), every weight 0.25
@@ -377,24 +356,7 @@ Write `special_token_share(attn, tokens) -> dict` with exactly the keys `"[CLS]"
 share per layer. An empty group has share 0.
 """)
 
-nb.solution("special_token_share", r"""
-def special_token_share(attn, tokens):
-    ### BEGIN SOLUTION
-    def is_punct(tok):
-        return len(tok) > 0 and all(c in string.punctuation for c in tok)
-
-    groups = {
-        "[CLS]": [j for j, t in enumerate(tokens) if t == "[CLS]"],
-        "[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],
-        "punct": [j for j, t in enumerate(tokens) if is_punct(t)],
-    }
-    shares = {}
-    for name, cols in groups.items():
-        to_group = attn[:, :, :, cols].sum(dim=-1)          # (L, H, T): weight each query gives the group
-        shares[name] = to_group.mean(dim=(1, 2)).tolist()  # mean over heads and queries: L floats
-    return shares
-    ### END SOLUTION
-""")
+nb.solution("special_token_share", STS_CELL)
 
 nb.tests("test_special_token_share_uniform", 1, r"""
 _tok = ["[CLS]", "hi", ",", "there", "[SEP]"]
