@@ -53,6 +53,9 @@ class Notebook:
                 raise ValueError(f"duplicate grade_id {grade_id}")
             self._ids.add(grade_id)
             cell.id = grade_id.replace("_", "-")[:64]
+        else:
+            # Stable ids: re-running an authoring script reproduces the notebook byte for byte.
+            cell.id = f"cell-{len(self.nb.cells):03d}"
         self.nb.cells.append(cell)
         return cell
 
