@@ -88,3 +88,23 @@ def test_student_package_has_no_solutions_or_reference_data():
             text = path.read_text()
             assert "BEGIN SOLUTION" not in text, path
         assert path.suffix not in (".pt", ".npz", ".npy", ".pkl"), f"data file in the student package: {path}"
+
+
+AUTHORING = {p.stem[1:]: p.stem for p in (ROOT / "tools" / "authoring").glob("s[0-9][0-9]_*.py")}
+
+
+@pytest.mark.parametrize("section", params([s for s in with_source() if s in AUTHORING]))
+def test_authoring_script_reproduces_source(section, tmp_path):
+    """The authoring script is how source/NN/NN.ipynb is made: running it gives the committed file."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    subprocess.run([sys.executable, "-m", f"tools.authoring.{AUTHORING[section]}"], cwd=tmp_path, env=env,
+                   check=True, capture_output=True, text=True)
+    fresh = tmp_path / "source" / section / f"{section}.ipynb"
+    committed = ROOT / "source" / section / f"{section}.ipynb"
+    assert fresh.read_text() == committed.read_text(), (
+        f"source/{section} differs from what tools/authoring/{AUTHORING[section]}.py writes: "
+        "edit the script, re-run it, then ./course generate")

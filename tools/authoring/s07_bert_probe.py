@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 from graders.s07_bert_probe import AM_REF, SH_REF, STS_CELL  # noqa: E402
 from tools.nbauthor import Notebook  # noqa: E402
 
-OUT = ROOT / "source" / "07_bert_probe" / "07_bert_probe.ipynb"
+OUT = Path("source") / "07_bert_probe" / "07_bert_probe.ipynb"   # relative to the course root (cwd), like the other scripts
 
 nb = Notebook()
 
