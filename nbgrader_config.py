@@ -24,6 +24,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 c = get_config()  # noqa: F821
 
+# The assignments: one per section, in order (attncourse.course.SECTIONS):
+#   01_tokens, 02_qkv_by_hand, 03_masking, 04_multi_head, 05_positional_encoding,
+#   06_transformer_block, 07_bert_probe.
+# `nbgrader generate_assignment NN_name` (or ./course generate) registers each in the gradebook.
+ASSIGNMENTS = list(SECTIONS)
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "attention-transformers"
 c.CourseDirectory.db_url = f"sqlite:///{ROOT / 'gradebook.db'}"
