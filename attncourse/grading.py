@@ -518,8 +518,9 @@ class Grader:
             except T.Refused as r:
                 return f"{name}: {r}", None
             if T.np_count_nonzero(T.np_isnan(plain)) and not T.np_count_nonzero(T.np_isnan(e)):
-                return (f"{name} contains NaN. Common causes: a row where every key is masked (softmax over "
-                        "all -inf), or subtracting inf from inf."), None
+                return (f"{name} contains NaN. Common causes: exp() of large scores overflowing to inf "
+                        "(subtract each row's maximum before exp), a row where every key is masked (softmax "
+                        "over all -inf), or subtracting inf from inf."), None
             if T.np_count_nonzero(T.np_isinf(plain)) and not T.np_count_nonzero(T.np_isinf(e)):
                 return f"{name} contains inf: a masked score leaked through, or an overflow in exp().", None
             return None, plain
