@@ -75,6 +75,8 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         sub.mkdir(parents=True)
         shutil.copy(notebook, sub / f"{section}.ipynb")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER_", "ATTNCOURSE_ROOT"))}
+        # nbgrader runs helper programs (alembic) from PATH: make this Python's bin folder first.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
         env.update({RUNNING_ENV: "1", "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg",
                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         py = [sys.executable, "-m", "nbgrader"]

@@ -231,6 +231,7 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
                  ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_CHECK_TIMEOUT")]:
         env.pop(name, None)
     env["PYTHONWARNINGS"] = "ignore"
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # nbgrader runs alembic
     env.update(extra_env or {})
     if len(students) == len(all_students):
         batch = _nbgrader(root, ["autograde", section, "--create", "--force", *extra], env=env)
