@@ -4,6 +4,7 @@ The solution cells come from the grader spec (graders/s04_multi_head.py), so the
 notebook's reference and the hidden tests' reference are the same code.
 """
 from graders.s04_multi_head import MHA_REF, PARAMS_REF
+from tools.authoring import setup_source
 from tools.nbauthor import Notebook
 
 SECTION = "04_multi_head"
@@ -23,20 +24,7 @@ results. In this section you will
   fused kernel `F.scaled_dot_product_attention`.
 """)
 
-nb.setup("setup", f"""
-# Setup — just run this cell.
-import math
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-import matplotlib.pyplot as plt
-from attncourse import attention_heatmap, best_device, compare, seed_everything
-from attncourse.grading import Grader
-
-seed_everything(0)
-GRADER = Grader("{SECTION}")   # hidden tests use it; it captures trusted code before yours runs
-""")
+nb.setup("setup", setup_source(SECTION, "import matplotlib.pyplot as plt"))
 
 nb.md("""
 ## 1 · Why several heads?

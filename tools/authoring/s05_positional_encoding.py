@@ -3,6 +3,7 @@
 Solution cells come from graders/s05_positional_encoding.py (one reference for notebook and hidden tests).
 """
 from graders.s05_positional_encoding import PE_REF, ROPE_REF
+from tools.authoring import setup_source
 from tools.nbauthor import Notebook
 
 SECTION = "05_positional_encoding"
@@ -19,20 +20,7 @@ Attention compares contents, never positions. In this section you will
 * build rotary embeddings (RoPE), the scheme of the Llama family (graded, by values and by properties).
 """)
 
-nb.setup("setup", f"""
-# Setup — just run this cell.
-import math
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-import matplotlib.pyplot as plt
-from attncourse import attention_heatmap, best_device, compare, seed_everything
-from attncourse.grading import Grader
-
-seed_everything(0)
-GRADER = Grader("{SECTION}")   # hidden tests use it; it captures trusted code before yours runs
-""")
+nb.setup("setup", setup_source(SECTION, "import matplotlib.pyplot as plt"))
 
 nb.md("""
 ## 1 · Attention cannot see order

@@ -3,6 +3,7 @@
 Solution cells and given code come from graders/s06_transformer_block.py.
 """
 from graders.s06_transformer_block import BLOCK_REF, CROSS_REF, FAMILIES_GIVEN, FAMILY_REF, LN_REF, MHA_GIVEN
+from tools.authoring import setup_source
 from tools.nbauthor import Notebook
 
 SECTION = "06_transformer_block"
@@ -22,19 +23,7 @@ in a residual connection and a LayerNorm. In this section you will
   cross-attention (graded).
 """)
 
-nb.setup("setup", f"""
-# Setup — just run this cell.
-import math
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from attncourse import attention_heatmap, best_device, compare, seed_everything
-from attncourse.grading import Grader
-
-seed_everything(0)
-GRADER = Grader("{SECTION}")   # hidden tests use it; it captures trusted code before yours runs
-""")
+nb.setup("setup", setup_source(SECTION))
 
 nb.md("""
 ## 1 · The feed-forward network
