@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .course import grading_env
+
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 _CALL = re.compile(r"GRADER\.check\(\s*[\"']([^\"']+)[\"']")
 
@@ -74,11 +76,9 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         sub = tmp / "submitted" / "me" / section
         sub.mkdir(parents=True)
         shutil.copy(notebook, sub / f"{section}.ipynb")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER_", "ATTNCOURSE_ROOT"))}
-        # nbgrader runs helper programs (alembic) from PATH: make this Python's bin folder first.
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
-        env.update({RUNNING_ENV: "1", "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg",
-                    "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        # The learner's own ATTNCOURSE_* settings (device, limits) apply; the copy's course root is tmp.
+        keep = tuple(k for k in os.environ if k.startswith("ATTNCOURSE_") and k != "ATTNCOURSE_ROOT")
+        env = grading_env(keep=keep, extra={RUNNING_ENV: "1"})
         py = [sys.executable, "-m", "nbgrader"]
         gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
                              capture_output=True, text=True)

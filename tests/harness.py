@@ -7,8 +7,6 @@ into ``tmp_path``; its methods run the real ``nbgrader`` commands
 from __future__ import annotations
 
 import copy
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,18 +14,14 @@ from pathlib import Path
 
 import nbformat
 
+from attncourse.course import grading_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def course_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ATTNCOURSE_", "JPY_", "JUPYTER_"))}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # nbgrader runs alembic
-    env["PYTHONWARNINGS"] = "ignore"
-    env["MPLBACKEND"] = "Agg"
-    env["HF_HUB_OFFLINE"] = "1"
-    env["TRANSFORMERS_OFFLINE"] = "1"
-    env.update(extra or {})
-    return env
+    """The instructor's grading environment, with none of this shell's ATTNCOURSE_* settings."""
+    return grading_env(extra=extra)
 
 
 def read_nb(path) -> nbformat.NotebookNode:

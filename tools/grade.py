@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -22,6 +21,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attncourse.course import grading_env  # noqa: E402
 
 # Student code (any cell that is not locked) that tries to trick the checks.
 TAMPER_PATTERNS = [
@@ -226,13 +228,8 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
         except Exception as exc:  # noqa: BLE001 - a report, never a crash
             pre[s] = {"fatal": None, "notes": [f"could not prescan: {exc}"], "tamper": []}
     extra = [f"--Execute.timeout={timeout}"] if timeout else []
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER_"))}
-    for name in [n for n in os.environ if n.startswith("ATTNCOURSE_") and n not in
-                 ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_CHECK_TIMEOUT")]:
-        env.pop(name, None)
-    env["PYTHONWARNINGS"] = "ignore"
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # nbgrader runs alembic
-    env.update(extra_env or {})
+    env = grading_env(keep=("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_CHECK_TIMEOUT"),
+                      extra=extra_env)
     if len(students) == len(all_students):
         batch = _nbgrader(root, ["autograde", section, "--create", "--force", *extra], env=env)
     else:
