@@ -95,19 +95,23 @@ def run_case(obj, case: Case, stored: dict, context: dict):
     return _master(out)
 
 
-def _same(a, b, tol=1e-9):
+def same(a, b, atol=1e-9, rtol=0.0, strict=False):
+    """Stored-form outputs equal within ``atol + rtol*|b|`` (NaN == NaN); bool and, if ``strict``, integer
+    tensors exactly.  ``strict`` also requires equal dtypes and container types (list vs tuple)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        if a.shape != b.shape:
+        if a.shape != b.shape or (strict and a.dtype != b.dtype):
             return False
-        if a.dtype == torch.bool or b.dtype == torch.bool:
+        if a.dtype == torch.bool or b.dtype == torch.bool or (strict and not a.is_floating_point()):
             return bool(torch.equal(a, b))
-        return bool(torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=tol, rtol=0, equal_nan=True))
+        return bool(torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+        if strict and type(a) is not type(b):
+            return False
+        return len(a) == len(b) and all(same(x, y, atol, rtol, strict) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
+        return a.keys() == b.keys() and all(same(a[k], b[k], atol, rtol, strict) for k in a)
     if isinstance(a, float) and isinstance(b, float):
-        return abs(a - b) <= tol
+        return abs(a - b) <= atol + rtol * abs(b)
     return type(a) is type(b) and a == b
 
 
@@ -148,7 +152,7 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
         except Exception as exc:  # a mistake that crashes on this case has no output to match
             log(f"    {full} on {case.name}: raises {type(exc).__name__} (no stored output)")
             continue
-        if _same(out, stored["expected"], tol=1e-9):
+        if same(out, stored["expected"], atol=1e-9):
             continue  # indistinguishable here (e.g. a device mistake on the CPU)
         stored["mistakes"][full] = out
     return stored

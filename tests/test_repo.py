@@ -54,22 +54,9 @@ def test_release_hides_solutions_and_hidden_tests(section):
     assert not leaked, f"solution or hidden-test lines in release/{section}: {sorted(leaked)[:5]}"
 
 
-def _same(a, b):
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and (
-            torch.equal(a, b) or (a.is_floating_point() and torch.allclose(a, b, atol=1e-10, rtol=1e-8, equal_nan=True)))
-    if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, float):
-        return isinstance(b, float) and abs(a - b) <= 1e-10 + 1e-8 * abs(b)
-    return a == b
-
-
 @pytest.mark.parametrize("section", params(with_grader()))
 def test_reference_data_in_sync_with_spec(section):
-    from graders.build import DATA_DIR, build_section
+    from graders.build import DATA_DIR, build_section, same
 
     fresh = build_section(section, log=lambda *a: None)
     stored = torch.load(DATA_DIR / f"{section}.pt", weights_only=True)
@@ -77,7 +64,8 @@ def test_reference_data_in_sync_with_spec(section):
     assert fresh["messages"] == stored["messages"], "messages changed: run python -m graders.build"
     assert fresh["cases"].keys() == stored["cases"].keys(), "cases changed: run python -m graders.build"
     for key in fresh["cases"]:
-        assert _same(fresh["cases"][key], stored["cases"][key]), f"{key} differs: run python -m graders.build"
+        assert same(fresh["cases"][key], stored["cases"][key], atol=1e-10, rtol=1e-8, strict=True), (
+            f"{key} differs: run python -m graders.build")
 
 
 def test_student_package_has_no_solutions_or_reference_data():
