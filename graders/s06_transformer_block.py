@@ -3,17 +3,30 @@ import re
 
 import torch
 
-from .s04_multi_head import MHA_REF, _causal, _padding
+from .s04_multi_head import _causal, _padding
 from .spec import Case, Exercise, Mistake, Section, Variant
 
+# The notebook's locked cell with a multi-head attention module for the block exercise: section 04's
+# contract (same constructor, submodules qkv/out, n_heads/d_k, masks, output), built another way so that
+# it does not hand out section 04's answer (tests/test_leaks.py checks that no solution line is given away).
+MHA_GIVEN = '''
+class MultiHeadAttention(nn.Module):
+    """Section 04's contract, built on PyTorch's fused attention kernel F.scaled_dot_product_attention."""
 
-def without_markers(code: str) -> str:
-    """Solution code as given code: the BEGIN/END SOLUTION lines removed."""
-    return re.sub(r"\n[ \t]*### (BEGIN|END) SOLUTION[^\n]*", "", code)
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)   # q, k, v of all heads, in that order
+        self.out = nn.Linear(d_model, d_model)       # mixes the heads' outputs
 
-
-# The notebook's locked cell with section 04's module (given code for the block exercise).
-MHA_GIVEN = without_markers(MHA_REF)
+    def forward(self, x, mask=None):                                       # x: (B, T, d_model)
+        qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.d_k))       # (B, T, 3, h, d_k)
+        q, k, v = qkv.transpose(1, 3).unbind(2)                            # each (B, h, T, d_k)
+        if mask is not None:
+            mask = mask.bool()   # True = may attend (the kernel would add a float mask to the scores)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)    # (B, h, T, d_k), scaled by 1/√d_k
+        return self.out(heads.transpose(1, 2).flatten(2))                  # (B, T, d_model)
+'''.strip("\n")
 
 
 def _replace(ref, old, new):

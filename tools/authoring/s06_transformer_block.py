@@ -129,8 +129,10 @@ compare("layer_norm vs nn.LayerNorm", layer_norm(x), nn.LayerNorm(16)(x), atol=1
 nb.md("""
 ## 4 · The block
 
-Section 04's `MultiHeadAttention` is given below (run the cell). The block has two sub-layers, attention
-and the FFN, each with a residual and a LayerNorm. Where the LayerNorm sits gives two forms:
+A `MultiHeadAttention` with section 04's contract is given below (run the cell). It does what your
+section 04 module does, but hands the scores, mask, softmax and weighted sum to PyTorch's fused kernel
+`F.scaled_dot_product_attention`. The block has two sub-layers, attention and the FFN, each with a
+residual and a LayerNorm. Where the LayerNorm sits gives two forms:
 
 * **Post-LN** (the original 2017 Transformer, BERT): `x = ln1(x + attn(x))`, then `x = ln2(x + ffn(x))`.
 * **Pre-LN** (GPT-2 and later, most LLMs): `x = x + attn(ln1(x))`, then `x = x + ffn(ln2(x))`;
@@ -139,7 +141,7 @@ and the FFN, each with a residual and a LayerNorm. Where the LayerNorm sits give
 Input and output have the same shape `(B, T, d_model)`, which is why blocks stack.
 """)
 
-nb.setup("given_mha", "# Given: section 04's multi-head attention (just run this cell).\n" + MHA_GIVEN)
+nb.setup("given_mha", "# Given: multi-head attention with section 04's contract (just run this cell).\n" + MHA_GIVEN)
 
 nb.md("""
 ### Exercise 2 (7 points) · `TransformerBlock`
