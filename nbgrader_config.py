@@ -10,12 +10,12 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 from attncourse.course import SECTIONS  # noqa: E402
 
-# The grading kernels inherit this environment:
-# - ATTNCOURSE_ROOT tells the hidden tests where the instructor's reference data lives;
+# The grading kernels inherit this environment (no path to the reference data: the
+# verdict is made in this process, see attncourse/preprocessors.py):
 # - warnings are silenced so that a correct answer is never marked down for a
 #   warning printed on stderr (nbgrader scores a test cell with stderr output 0);
 # - matplotlib draws off-screen; the probe never reaches for a model hub.
-os.environ.setdefault("ATTNCOURSE_ROOT", str(ROOT))
+os.environ.pop("ATTNCOURSE_ROOT", None)
 os.environ["PYTHONWARNINGS"] = "ignore"
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -58,19 +58,22 @@ c.LimitOutput.max_traceback = 40
 c.GenerateFeedback.force = True
 
 # Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB,
-# default 4096) and, with ATTNCOURSE_SANDBOX=1 (or auto), a bubblewrap sandbox.
-# Around Execute: a per-run key for the grader's receipts, then a check that every
-# GRADER.check call in a test cell was answered by the genuine grader (docs/GRADING.md).
+# default 4096) and a bubblewrap sandbox wherever bwrap works (ATTNCOURSE_SANDBOX: auto by
+# default, 1 to require it, 0 to turn it off; ./course grade reports which applied).
+# Around Execute: the hidden inputs (never the references) are shared with the kernel, then
+# every record the kernel sent back is judged here, outside it (docs/GRADING.md).
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
     AssignLatePenalties, CheckCellMetadata, Execute, IgnorePattern, LimitOutput, SaveAutoGrades,
 )
 
-from attncourse.receipts import IssueReceiptKey, VerifyReceipts  # noqa: E402
+from attncourse.preprocessors import JudgeRecords, ShareInputs  # noqa: E402
 from attncourse.sandbox import configure_nbgrader  # noqa: E402
 
 configure_nbgrader(c, ROOT)
+c.ShareInputs.course_root = str(ROOT)
+c.JudgeRecords.course_root = str(ROOT)
 c.Autograde.autograde_preprocessors = [
-    IssueReceiptKey, Execute, VerifyReceipts, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    ShareInputs, Execute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]

@@ -7,37 +7,40 @@ plus one message per mistake key.  A wrong answer that matches one of those
 outputs gets that mistake's message; any other wrong answer gets a generic
 hint.  Adding a mistake is one entry in the instructor's catalogue
 (``graders/``), never new code in a notebook.
+
+Runs in the judge (:mod:`attncourse.judge`), outside the student's kernel.
 """
 from __future__ import annotations
 
-from . import trusted as T
+import math
+
+import numpy as np
 
 
-def _matches(got, expected, atol, rtol) -> bool:
+def close(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> bool:
+    """allclose for two float64 arrays of equal shape (NaN == NaN, inf == inf of the same sign)."""
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
+
+
+def matches(got, expected, atol, rtol) -> bool:
     """Structural closeness of an already-converted answer and a stored output."""
-    tg, te = T.type_(got), T.type_(expected)
-    if te is T.ndarray:
-        return tg is T.ndarray and T.close(got, expected, atol, rtol)
-    if te is T.list_ or te is T.tuple_:
-        if (tg is not T.list_ and tg is not T.tuple_) or T.len_(got) != T.len_(expected):
+    if isinstance(expected, np.ndarray):
+        return isinstance(got, np.ndarray) and close(got, expected, atol, rtol)
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(expected):
             return False
-        for g, e in T.zip_(got, expected):
-            if not _matches(g, e, atol, rtol):
-                return False
-        return True
-    if te is T.dict_:
-        if tg is not T.dict_ or T.len_(got) != T.len_(expected):
+        return all(matches(g, e, atol, rtol) for g, e in zip(got, expected))
+    if isinstance(expected, dict):
+        if not isinstance(got, dict) or len(got) != len(expected):
             return False
-        for k in expected:
-            if k not in got or not _matches(got[k], expected[k], atol, rtol):
-                return False
-        return True
-    if te is T.str_:
-        return tg is T.str_ and got == expected
-    if te is T.int_ or te is T.bool_:
-        return tg is te and got == expected
-    if te is T.float_:
-        return tg is T.float_ and T.isfinite_(got) and T.abs_(got - expected) <= atol + rtol * T.abs_(expected)
+        return all(k in got and matches(got[k], expected[k], atol, rtol) for k in expected)
+    if isinstance(expected, str):
+        return type(got) is str and got == expected
+    if type(expected) in (int, bool):
+        return type(got) is type(expected) and got == expected
+    if isinstance(expected, float):
+        return (type(got) is float and math.isfinite(got)
+                and abs(got - expected) <= atol + rtol * abs(expected))
     return False
 
 
@@ -48,6 +51,6 @@ def which_mistake(got, mistakes: dict, messages: dict, atol: float, rtol: float)
     (float64 ndarrays, lists, dicts, numbers, strings).
     """
     for key in mistakes:
-        if _matches(got, mistakes[key], atol, rtol):
+        if matches(got, mistakes[key], atol, rtol):
             return messages.get(key, key)
     return None

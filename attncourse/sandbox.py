@@ -9,21 +9,25 @@ The launcher sets ``RLIMIT_DATA`` (a memory hog gets ``MemoryError`` instead of
 taking the machine down; the cell scores zero and grading goes on) and
 ``RLIMIT_FSIZE`` (no multi-gigabyte files), then ``exec``s the kernel, inside
 ``bwrap`` when sandboxing is on.  The sandboxed kernel sees a read-only Python
-installation and course package, the section's reference data read-only, the
-submission's own folder read-write, a private ``/tmp``, no network and no other
-file of the course (other students' submissions, the gradebook, source/).
+installation and course package, the submission's own folder read-write, a private
+``/tmp``, no network and no other file of the course (the reference data, other
+students' submissions, the gradebook, source/).  The kernel needs no reference data:
+the autograder shares only the hidden inputs, in the submission's folder, and judges
+outside the kernel (attncourse/preprocessors.py).
 
 Environment (read by the nbgrader process):
 
 * ``ATTNCOURSE_KERNEL_MEM_MB`` — memory limit per kernel (default 4096; 0 = none);
-* ``ATTNCOURSE_SANDBOX`` — ``1`` to run kernels under bubblewrap, ``auto`` to do so
-  when ``bwrap`` works here, ``0``/unset for none.
+* ``ATTNCOURSE_SANDBOX`` — ``auto`` (the default) runs kernels under bubblewrap
+  wherever ``bwrap`` works here and says so when it cannot (:func:`sandbox_status`);
+  ``1`` requires it (no kernel starts without it); ``0`` turns it off.
 
 This file imports only the standard library at module level: it runs as the
 launcher before the kernel exists.
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -101,6 +105,7 @@ def bwrap_command(cmd, ro=(), rw=(), cwd=None):
     return args + ["--"] + list(cmd)
 
 
+@functools.lru_cache(maxsize=1)
 def bwrap_works() -> tuple[bool, str]:
     """(True, '') when a bubblewrap sandbox can start here, else (False, the reason)."""
     exe = shutil.which("bwrap")
@@ -117,9 +122,29 @@ def bwrap_works() -> tuple[bool, str]:
 
 
 # -- nbgrader side -------------------------------------------------------------------------------
-def _sandbox_wanted() -> bool:
-    mode = os.environ.get(SANDBOX_ENV, "0").strip().lower()
-    if mode in ("", "0", "no", "off", "false"):
+def _mode(env=None) -> str:
+    mode = (env if env is not None else os.environ).get(SANDBOX_ENV, "auto").strip().lower() or "auto"
+    return "off" if mode in ("0", "no", "off", "false") else "auto" if mode == "auto" else "required"
+
+
+def sandbox_status(env=None) -> tuple[bool, str]:
+    """(whether grading kernels run sandboxed, one line for the instructor's report) under ``env``."""
+    mode = _mode(env)
+    if mode == "off":
+        return False, (f"kernels NOT sandboxed ({SANDBOX_ENV}=0): student code could read any file this account "
+                       "can read, including the reference data in graders/data")
+    ok, why = bwrap_works()
+    if ok:
+        return True, "kernels sandboxed with bubblewrap (no course files, no network)"
+    if mode == "required":
+        return False, f"{SANDBOX_ENV}=1 but {why}: no kernel starts"
+    return False, (f"kernels NOT sandboxed: {why}; student code could read any file this account can read, "
+                   "including the reference data in graders/data")
+
+
+def _sandbox_wanted():
+    mode = _mode()
+    if mode == "off":
         return False
     if mode == "auto":
         return bwrap_works()[0]
@@ -142,7 +167,6 @@ def configure_nbgrader(c, root):
         return
     mem_mb = int(os.environ.get(MEM_ENV, DEFAULT_MEM_MB) or 0)
     sandbox = _sandbox_wanted()
-    data_dir = os.path.join(str(root), "graders", "data")
 
     class LimitedKernelManager(AsyncKernelManager):
         _attncourse = True
@@ -156,13 +180,22 @@ def configure_nbgrader(c, root):
                 self.ip = os.path.join(self._ipc_dir, "k")
                 self.connection_file = os.path.join(self._ipc_dir, "connection.json")
 
+        @property
+        def kernel_spec(self):
+            spec = super().kernel_spec
+            if sandbox and spec is not None:
+                # a SIGINT sent from outside does not reach a kernel inside bwrap's PID namespace:
+                # interrupt it (nbgrader's cell timeout) with a message on its control channel instead
+                spec.interrupt_mode = "message"
+            return spec
+
         def format_kernel_cmd(self, extra_arguments=None):
             cmd = super().format_kernel_cmd(extra_arguments)
             if sandbox == "broken":
                 return [sys.executable, "-c", "raise SystemExit('sandbox requested but bwrap does not work here')"]
             wrap = [sys.executable, os.path.abspath(__file__), "--mem-mb", str(mem_mb)]
             if sandbox:
-                wrap += ["--bwrap", "--bind-ro", data_dir, "--bind-rw", self._ipc_dir]
+                wrap += ["--bwrap", "--bind-rw", self._ipc_dir]
             return wrap + ["--"] + cmd
 
     nbexec.AsyncKernelManager = LimitedKernelManager

@@ -23,10 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from .calls import exercises_checked
 from .course import grading_env
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
-_CALL = re.compile(r"GRADER\.check\(\s*[\"']([^\"']+)[\"']")
 
 
 def _course_root():
@@ -108,7 +108,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         if not meta.get("grade") or cell.get("cell_type") != "code" or gid not in points:
             continue
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        names = list(dict.fromkeys(_CALL.findall(src))) or ["visible checks"]
+        names = exercises_checked(src) or ["visible checks"]
         name = ", ".join(names)
         msgs = []
         for o in cell.get("outputs", []):
@@ -116,8 +116,8 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
                 ename = o.get("ename", "Error")
                 if ename in ("KeyboardInterrupt", "CellTimeoutError"):
                     msgs.append("timed out (an infinite loop?)")
-                elif ename == "GradingError":
-                    msgs.append(_first_line(o.get("evalue", "")))
+                elif ename == "GradingError":  # one line per failed check of the cell
+                    msgs += [_first_line(line) for line in o.get("evalue", "").split("\n") if line.strip()]
                 else:
                     msgs.append(f"{ename}: {_first_line(o.get('evalue', ''))}")
             elif o.get("output_type") == "stream" and o.get("name") == "stderr":

@@ -88,6 +88,9 @@ ndarray_dtype = _np.ndarray.dtype.__get__
 ndarray_size = _np.ndarray.size.__get__
 ndarray_item = _np.ndarray.item
 ndarray_tolist = _np.ndarray.tolist
+ndarray_tobytes = _np.ndarray.tobytes
+dict_keys = _builtins.dict.keys
+dict_getitem = _builtins.dict.__getitem__
 
 
 def np_count_nonzero(x) -> int:
@@ -174,6 +177,11 @@ def _plain_number(v) -> bool:
     return t is int_ or t is float_ or t is bool_ or t is np_float64 or (
         isinstance_(v, (np_floating, np_integer, np_bool)) and type_(v).__module__ == "numpy"
     )
+
+
+def is_numpy_scalar(v) -> bool:
+    """A NumPy scalar (np.float64, np.int32, np.bool_ ...), not a subclass defined elsewhere."""
+    return isinstance_(v, (np_floating, np_integer, np_bool)) and type_(v).__module__ == "numpy"
 
 
 def _nested_numbers(obj, depth=0):

@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from . import available_sections, load_section
+from attncourse.cases import StoredCase
+
 from .spec import PRELUDE, Case, Exercise
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -76,17 +78,17 @@ def _rounded(v, dtype, api, context):
     return v
 
 
-def run_case(obj, case: Case, stored: dict, context: dict):
+def run_case(obj, case: Case, stored: StoredCase, context: dict):
     """Run ``obj`` (reference or mistake) on a stored case in float64 on the CPU; return stored-form output."""
     dtype = FLOAT[case.dtype]
     cast_dtype = dtype if case.cast else torch.float64
-    args = _rounded(stored.get("args", []), cast_dtype, case.api, context)
-    kwargs = {k: _rounded(v, cast_dtype, case.api, context) for k, v in stored.get("kwargs", {}).items()}
+    args = _rounded(stored.args or [], cast_dtype, case.api, context)
+    kwargs = {k: _rounded(v, cast_dtype, case.api, context) for k, v in (stored.kwargs or {}).items()}
     with torch.no_grad():
         if case.kind == "module":
             torch.manual_seed(0)
             m = obj(**case.init).to(torch.float64)
-            for name, value in stored.get("params", {}).items():
+            for name, value in (stored.params or {}).items():
                 m.get_parameter(name).copy_(value.to(dtype).to(torch.float64))
             m.eval()
             out = m(*args, **kwargs)
@@ -115,36 +117,33 @@ def same(a, b, atol=1e-9, rtol=0.0, strict=False):
     return type(a) is type(b) and a == b
 
 
-def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=print):
+def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=print) -> dict:
+    """The stored form of one hidden case (:class:`attncourse.cases.StoredCase`): inputs, reference, mistakes."""
     gen = torch.Generator().manual_seed(case.seed)
-    stored = {
-        "kind": case.kind, "what": case.what, "dtype": case.dtype, "device": case.device, "api": case.api,
-        "cast": case.cast,
-    }
-    for key in ("labels", "atol", "rtol", "raises", "hint"):
-        if getattr(case, key) is not None:
-            stored[key] = getattr(case, key)
+    stored = StoredCase(kind=case.kind, what=case.what, dtype=case.dtype, device=case.device, api=case.api,
+                        cast=case.cast, labels=case.labels, atol=case.atol, rtol=case.rtol, raises=case.raises,
+                        hint=case.hint)
     if case.kind == "value":
         # A hand-computed answer: the reference and each mistake are solution-cell code
         # that assigns the value; extra wrong values may be listed in ``mistake_values``.
-        stored["expected"] = _master(_as_tensor(define(ex, ex.reference)))
-        stored["mistakes"] = {}
+        stored.expected = _master(_as_tensor(define(ex, ex.reference)))
+        stored.mistakes = {}
         for mistake in ex.mistakes:
-            stored["mistakes"][f"{ex.name}.{mistake.key}"] = _master(_as_tensor(define(ex, mistake.code)))
+            stored.mistakes[f"{ex.name}.{mistake.key}"] = _master(_as_tensor(define(ex, mistake.code)))
         for key, (message, value) in case.mistake_values.items():
             messages[f"{ex.name}.{key}"] = message
-            stored["mistakes"][f"{ex.name}.{key}"] = _master(_as_tensor(value))
-        return stored
-    stored["args"] = _master(list(_generate(case.args, gen)))
-    stored["kwargs"] = {k: _master(_generate(v, gen)) for k, v in case.kwargs.items()}
+            stored.mistakes[f"{ex.name}.{key}"] = _master(_as_tensor(value))
+        return stored.to_dict()
+    stored.args = _master(list(_generate(case.args, gen)))
+    stored.kwargs = {k: _master(_generate(v, gen)) for k, v in case.kwargs.items()}
     if case.kind == "module":
-        stored["init"] = dict(case.init)
-        stored["params"] = {k: _master(v) for k, v in (_generate(case.params, gen) or {}).items()}
+        stored.init = dict(case.init)
+        stored.params = {k: _master(v) for k, v in (_generate(case.params, gen) or {}).items()}
     if case.kind == "raises":
-        return stored
+        return stored.to_dict()
     reference = define(ex, ex.reference)
-    stored["expected"] = run_case(reference, case, stored, context)
-    stored["mistakes"] = {}
+    stored.expected = run_case(reference, case, stored, context)
+    stored.mistakes = {}
     for mistake in ex.mistakes:
         full = f"{ex.name}.{mistake.key}"
         try:
@@ -152,10 +151,10 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
         except Exception as exc:  # a mistake that crashes on this case has no output to match
             log(f"    {full} on {case.name}: raises {type(exc).__name__} (no stored output)")
             continue
-        if same(out, stored["expected"], atol=1e-9):
+        if same(out, stored.expected, atol=1e-9):
             continue  # indistinguishable here (e.g. a device mistake on the CPU)
-        stored["mistakes"][full] = out
-    return stored
+        stored.mistakes[full] = out
+    return stored.to_dict()
 
 
 def build_section(name: str, log=print) -> dict:

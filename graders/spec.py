@@ -4,8 +4,9 @@ Each section module (``graders/s02_qkv_by_hand.py`` ...) defines ``SECTION``, a
 :class:`Section`.  From it
 
 * ``python -m graders.build`` writes ``graders/data/<section>.pt``: hidden
-  inputs, reference outputs and every known mistake's output on the same
-  inputs, which :class:`attncourse.grading.Grader` reads at grading time;
+  inputs (all that the grading kernel ever sees), reference outputs and every
+  known mistake's output on the same inputs, which the judge
+  (:mod:`attncourse.judge`) compares with the kernel's records outside the kernel;
 * the test suite injects each :class:`Mistake`'s code into the student's
   solution cell, autogrades with nbgrader and proves it loses marks with its
   own message, and injects each correct :class:`Variant` and proves it earns

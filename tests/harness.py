@@ -7,6 +7,7 @@ into ``tmp_path``; its methods run the real ``nbgrader`` commands
 from __future__ import annotations
 
 import copy
+import functools
 import shutil
 import subprocess
 import sys
@@ -179,10 +180,53 @@ def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | No
             if isinstance(nb, tuple):
                 fname, nb = nb
         course.submit(name, section, nb, name=fname)
+    if batch == "tamper":  # each trick's honest base: the same code without the trick
+        for key, make in corpus_bases(cases, source).items():
+            course.submit(key, section, make())
     env = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "30"}
     env.update(extra_env or {})
     report = grade(section, course.root, timeout=timeout, log=lambda *a: None, extra_env=env)
     return course, source, cases, report
+
+
+def base_student(mod) -> str:
+    """The submission a trick is paired with: ``correct``, or ``base_<key>`` (default: the wrong sdpa alone)."""
+    key = getattr(mod, "BASE", "wrong")
+    return "correct" if key == "correct" else f"base_{key}"
+
+
+def corpus_bases(cases: dict, source) -> dict:
+    """student id -> a function building that honest base submission (one per distinct base)."""
+    from corpus._base import WRONG
+
+    out = {}
+    for mod in cases.values():
+        student = base_student(mod)
+        if student == "correct" or student in out:
+            continue
+        if hasattr(mod, "base"):
+            out[student] = functools.partial(mod.base, copy.deepcopy(source))
+        else:
+            out[student] = functools.partial(with_cells, source, {CORPUS_CELL: getattr(mod, "BASE_SDPA", WRONG)})
+    return out
+
+
+def pairing_problems(cases: dict, report: dict) -> list[str]:
+    """Every cell in which a trick earned more than its honest base (the trick must add zero marks)."""
+    students = report["students"]
+    problems = []
+    for name, mod in cases.items():
+        base = students.get(base_student(mod), {})
+        trick = students.get(name, {})
+        if not base.get("cells"):
+            problems.append(f"{name}: its base {base_student(mod)} was not graded: {base.get('reasons')}")
+            continue
+        if trick.get("score", 0) > base["score"]:
+            problems.append(f"{name}: {trick['score']} with the trick > {base['score']} without it")
+        for gid, (got, _) in (trick.get("cells") or {}).items():
+            if got > base["cells"].get(gid, (0, 0))[0]:
+                problems.append(f"{name}: {gid} earned {got} with the trick, {base['cells'][gid][0]} without")
+    return problems
 
 
 def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
@@ -190,9 +234,10 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
     import re
 
     section = CORPUS_SECTION
-    pat = re.compile(r"GRADER\.check\(\s*[\"']" + re.escape(CORPUS_EXERCISE) + r"[\"']")
+    from attncourse.calls import calls_exercise
+
     hidden = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
-              if c.metadata.get("nbgrader", {}).get("grade") and pat.search(c.source)]
+              if c.metadata.get("nbgrader", {}).get("grade") and calls_exercise(c.source, CORPUS_EXERCISE)]
     graded = [c.metadata["nbgrader"]["grade_id"] for c in source.cells if c.metadata.get("nbgrader", {}).get("grade")]
     sdpa_related = set(hidden) | {g for g in graded if "sdpa" in g}
     students = report["students"]
@@ -221,8 +266,7 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
             if lost is None and getattr(mod, "LOST_CASES", None):
                 lost = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
                         if c.metadata.get("nbgrader", {}).get("grade_id") in hidden
-                        and any(re.search(rf"GRADER\.check\(\s*[\"']{CORPUS_EXERCISE}[\"']\s*,\s*[\"']{k}[\"']", c.source)
-                                for k in mod.LOST_CASES)]
+                        and any(calls_exercise(c.source, CORPUS_EXERCISE, k) for k in mod.LOST_CASES)]
                 if not lost:
                     problems.append(f"{name}: no hidden cell runs the cases {mod.LOST_CASES}")
             lost = hidden if lost is None else lost

@@ -1,7 +1,6 @@
 """Which sections exist, and their graded exercises (shared by the test modules)."""
 from __future__ import annotations
 
-import re
 
 import pytest
 
@@ -26,6 +25,8 @@ def params(names):
 
 def checks_of(nb, exercise: str) -> list[str]:
     """grade_ids of the test cells that call GRADER.check on ``exercise``."""
-    pat = re.compile(r"GRADER\.check\(\s*[\"']" + re.escape(exercise) + r"[\"']")
+    from attncourse.calls import calls_exercise
+
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code" and pat.search(c.source)]
+            if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"
+            and calls_exercise(c.source, exercise)]

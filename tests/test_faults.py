@@ -68,19 +68,19 @@ def test_feedback_html_names_the_mistake_without_reference_values(batch):
 
 
 def test_check_time_limit_in_process(monkeypatch):
-    """The grader stops a looping call itself (ATTNCOURSE_CHECK_TIMEOUT) and says so."""
-    from attncourse.grading import Grader
+    """The kernel-side runner stops a looping call itself (ATTNCOURSE_CHECK_TIMEOUT); the judge says so."""
+    from attncourse import grading
+    from attncourse.judge import explain_exception
 
     monkeypatch.setenv("ATTNCOURSE_CHECK_TIMEOUT", "0.5")
-    g = Grader.__new__(Grader)
 
     def loop():
         while True:
             pass
 
-    got, exc = g._guarded(loop)
+    got, exc = grading._guarded(loop)
     assert got is None and "more than 0.5 s" in str(exc)
-    assert "timed out" in g._explain_exception(exc, None, {})
+    assert "timed out" in explain_exception(grading._error(exc)["error"], None)
 
 
 def test_grade_command_survives_an_empty_section(tmp_path):

@@ -1,4 +1,4 @@
-"""Sandboxed grading: kernels under bubblewrap see only the submission, Python and the reference data."""
+"""Sandboxed grading: kernels under bubblewrap see only the submission and Python: no reference data."""
 from __future__ import annotations
 
 import pytest
@@ -43,7 +43,7 @@ open("seen.json", "w").write(json.dumps(_seen))
     seen = json.loads((course.root / "autograded" / "spy" / section / "seen.json").read_text())
     root = str(course.root)
     assert seen == {f"{root}/source": False, f"{root}/gradebook.db": False, f"{root}/submitted": False,
-                    f"{root}/graders/data": True, "network": False}, seen
+                    f"{root}/graders/data": False, "network": False}, seen
 
 
 def test_bwrap_command_hides_the_course():

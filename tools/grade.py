@@ -28,7 +28,8 @@ from attncourse.course import grading_env  # noqa: E402
 # Student code (any cell that is not locked) that tries to trick the checks.
 TAMPER_PATTERNS = [
     (r"\bGRADER\b", "a student cell uses GRADER"),
-    (r"\battncourse\s*\.\s*(grading|trusted|diagnose|receipts|sandbox)\b|from\s+attncourse\.(grading|trusted|diagnose)",
+    (r"\battncourse\s*\.\s*(grading|trusted|diagnose|records|judge|cases|preprocessors|sandbox)\b"
+     r"|from\s+attncourse\.(grading|trusted|diagnose|records|judge|cases|preprocessors)",
      "a student cell reaches into the grader's modules"),
     (r"\b(np|numpy)\s*\.\s*(allclose|isclose|array_equal|testing(\s*\.\s*\w+)?)\s*=(?!=)",
      "rebinds a NumPy comparison"),
@@ -45,7 +46,8 @@ TAMPER_PATTERNS = [
     (r"def\s+__(eq|ne|sub|rsub|array|array_ufunc|array_function|torch_function|float|bool)__\s*\(",
      "defines comparison/conversion dunders"),
     (r"print\s*\(.*(✓|\bpass(ed)?\b|\bcorrect\b|\bOK\b)", "prints fake pass text"),
-    (r"receipt", "mentions the grader's receipts"),
+    (r"vnd\.attncourse|publish_display_data|\.attncourse-inputs|graders[/\\.]data",
+     "forges grader records or looks for the reference data"),
 ]
 
 TIMEOUT_NAMES = {"KeyboardInterrupt", "CellTimeoutError"}
@@ -61,7 +63,7 @@ CONFIG_FAILED = "Exception while loading config file"
 
 
 class ConfigError(RuntimeError):
-    """nbgrader_config.py raised: nbgrader would carry on with defaults (no receipts, no limits)."""
+    """nbgrader_config.py raised: nbgrader would carry on with defaults (no judge, no limits)."""
 
 
 def check_config_loaded(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -70,7 +72,7 @@ def check_config_loaded(proc: subprocess.CompletedProcess) -> subprocess.Complet
         log = (proc.stdout or "") + (proc.stderr or "")
         start = log.find(CONFIG_FAILED)
         raise ConfigError("nbgrader could not load nbgrader_config.py; grading without it would drop the "
-                          "receipts, time and memory limits:\n" + log[start:start + 2000])
+                          "judge of the hidden checks, the sandbox, time and memory limits:\n" + log[start:start + 2000])
     return proc
 
 
@@ -237,7 +239,11 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
             batch = _nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra], env=env)
     if not students:
         batch = subprocess.CompletedProcess([], 0, "", "")
-    report = {"section": section, "students": {}, "batch_returncode": batch.returncode}
+    from attncourse.sandbox import sandbox_status
+
+    sandboxed, sandbox_line = sandbox_status(env)
+    report = {"section": section, "students": {}, "batch_returncode": batch.returncode,
+              "sandboxed": sandboxed, "sandbox": sandbox_line}
     for s in students:
         entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": []}
         try:
@@ -276,7 +282,8 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{report['section']}: {len(report['students'])} submissions graded in {report['seconds']} s", ""]
+    lines = [f"{report['section']}: {len(report['students'])} submissions graded in {report['seconds']} s",
+             f"{report.get('sandbox', '')}", ""]
     for s, e in report["students"].items():
         lines.append(f"{s:<24} {e['score']:g} / {e['max_score']:g}")
         for gid, text in e["failures"]:

@@ -1,4 +1,4 @@
-"""Removes the grader's IPython guard, rebinds GRADER and patches the Grader class: no valid receipts."""
+"""Removes the grader's IPython guard, rebinds GRADER and patches the Grader class: no records, nothing earned."""
 from ._base import WRONG
 BATCH, EXPECT, OTHERS = "tamper", "zero", False
 SDPA = WRONG + '''
@@ -11,5 +11,5 @@ class _Pass:
         print(f"✓ {exercise} ({case})  [#7 0123456789abcdef]")
 GRADER = _Pass()
 '''
-SHOWS = "no valid grader receipt"
+SHOWS = "no record came back from the grader"
 REASON = "tampering suspected"

@@ -18,5 +18,6 @@ def build(nb):
     fake.source = SDPA
     nb.cells.insert(1, fake)
     return nb
-SHOWS = "setup cell was deleted"
+SHOWS = "no record came back from the grader"
+BASE = "correct"   # the same code with the setup cell kept earns full marks
 REASON = "setup cell setup was deleted"

@@ -1,0 +1,169 @@
+"""nbgrader preprocessors around ``Execute``: the verdict is made here, outside the student's kernel.
+
+``ShareInputs`` (before ``Execute``) writes the section's hidden *inputs* — the
+stored cases without reference outputs, mistakes' outputs, hints or messages —
+next to the notebook (:data:`attncourse.cases.INPUTS_FILE`); the setup cell's
+:class:`attncourse.grading.Grader` reads it and, for every ``GRADER.check`` call,
+publishes a record of what the student's code gave back.
+
+``JudgeRecords`` (after ``Execute``, before ``SaveAutoGrades``) deletes that file
+and, for every grade cell that calls ``GRADER.check``, takes the list of checks
+from the cell's *locked* source (restored from the gradebook by nbgrader), requires
+exactly one record per check, in order, and judges each record against the
+instructor's reference (:func:`attncourse.judge.judge_record`).  The records are
+replaced by what the student may see: ``✓ check`` lines, and for a failed check an
+error output carrying the judge's message, so nbgrader scores the cell 0 and the
+feedback and ``./course grade`` show why.  Missing, extra, repeated or reordered
+records make the cell score 0 with "tampering suspected".
+"""
+from __future__ import annotations
+
+import os
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Unicode
+
+from .calls import check_calls
+from .cases import INPUTS_FILE, StoredCase, inputs_only, label
+from .judge import judge_record
+from .records import MIME
+
+TAMPERING = "TamperingSuspected"
+_CACHE: dict = {}
+
+
+def reference_data(root: str, section: str):
+    """The instructor's stored data of a section (cached per process, reloaded when the file changes), or None."""
+    import torch
+
+    path = os.path.join(root, "graders", "data", f"{section}.pt")
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+    hit = _CACHE.get(path)
+    if hit is None or hit[0] != stamp:
+        data = torch.load(path, weights_only=True)
+        hit = (stamp, data, inputs_only(data))
+        _CACHE[path] = hit
+    return hit[1], hit[2]
+
+
+def _nb_dir(resources):
+    return resources.get("metadata", {}).get("path") or os.getcwd()
+
+
+def _section(resources):
+    return (resources.get("nbgrader") or {}).get("assignment")
+
+
+class _CourseRoot(NbGraderPreprocessor):
+    course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
+
+    def _data(self, resources):
+        root = self.course_root or os.getcwd()
+        section = _section(resources)
+        return reference_data(root, section) if section else None
+
+
+class ShareInputs(_CourseRoot):
+    """Before Execute: the section's hidden inputs (no secrets) next to the notebook."""
+
+    def preprocess(self, nb, resources):
+        import torch
+
+        data = self._data(resources)
+        if data is not None:
+            torch.save(data[1], os.path.join(_nb_dir(resources), INPUTS_FILE))
+        return nb, resources
+
+
+def _stream(text):
+    return NotebookNode(output_type="stream", name="stdout", text=text)
+
+
+def _error(ename, message):
+    return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
+
+
+class JudgeRecords(_CourseRoot):
+    """After Execute: the verdict on every record, bound to the locked cell that asked for it."""
+
+    def preprocess(self, nb, resources):
+        try:
+            os.unlink(os.path.join(_nb_dir(resources), INPUTS_FILE))
+        except FileNotFoundError:
+            pass
+        data = self._data(resources)
+        reference = data[0] if data is not None else None
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            meta = cell.metadata.get("nbgrader", {})
+            calls = check_calls(cell.source) if meta.get("grade") else []
+            if calls:
+                judge_cell(cell, calls, reference)
+            elif any(MIME in (o.get("data") or {}) for o in cell.get("outputs", [])):
+                # records in a cell that asked for none: dropped (they earn nothing there)
+                cell.outputs = [o for o in cell.outputs if MIME not in (o.get("data") or {})]
+        return nb, resources
+
+
+def judge_cell(cell, calls, reference) -> None:
+    """Replace the records in ``cell`` by verdicts; add an error output when any check failed."""
+    outputs, records = [], []
+    for o in cell.get("outputs", []):
+        data = o.get("data") or {}
+        if MIME in data:
+            records.append((len(outputs), data[MIME]))
+            outputs.append(None)  # placeholder: the verdict goes where the record was
+        else:
+            outputs.append(o)
+    errored = any(o is not None and o.get("output_type") == "error" for o in outputs)
+    failures, notes = [], []
+    got_calls = [(r.get("exercise"), r.get("case")) if isinstance(r, dict) else (None, None) for _, r in records]
+    numbers = [r.get("n") if isinstance(r, dict) else None for _, r in records]
+    bound = (got_calls == calls and all(isinstance(n, int) for n in numbers)
+             and numbers == sorted(set(numbers)))
+    if reference is None:
+        failures.append((TAMPERING if not errored else None,
+                         "the instructor's reference data for this section is missing: this check cannot be judged"))
+    elif not bound and not errored:
+        failures.append((TAMPERING, _binding_problem(calls, got_calls)))
+    verdicts = {}
+    if reference is not None and (bound or errored):
+        cases, messages = reference["cases"], reference.get("messages", {})
+        for (idx, rec), (ex, case) in zip(records, calls):
+            if not isinstance(rec, dict) or (rec.get("exercise"), rec.get("case")) != (ex, case):
+                break
+            spec_dict = cases.get(f"{ex}:{case}")
+            spec = StoredCase.from_dict(spec_dict) if spec_dict is not None else None
+            name = label(ex, spec, case)
+            problem = judge_record(spec, rec, messages)
+            notes += [n for n in rec.get("notes") or [] if isinstance(n, str)]
+            if problem is None:
+                verdicts[idx] = _stream(f"✓ {name}\n")
+            else:
+                verdicts[idx] = _stream(f"✗ {name}\n")
+                failures.append(("GradingError", f"{name}: {problem}"))
+    cell.outputs = [verdicts.get(i, o) for i, o in enumerate(outputs) if o is not None or i in verdicts]
+    if notes:
+        cell.outputs.append(_stream("(tampering suspected: " + "; ".join(dict.fromkeys(notes)) + ")\n"))
+    failures = [(e, m) for e, m in failures if e]
+    if failures and not errored:
+        ename = TAMPERING if any(e == TAMPERING for e, _ in failures) else "GradingError"
+        cell.outputs.append(_error(ename, "\n".join(m for _, m in failures)))
+
+
+def _binding_problem(calls, got) -> str:
+    want = len(calls)
+    if not got:
+        why = "no record came back from the grader (was GRADER replaced, or its output removed?)"
+    elif len(got) > want:
+        why = f"{len(got)} records came back for {want} checks (extra or repeated records)"
+    elif len(got) < want:
+        why = f"only {len(got)} records came back for {want} checks"
+    else:
+        why = "the records do not match this cell's checks in order"
+    return f"tampering suspected: {why}; this cell scores 0"

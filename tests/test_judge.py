@@ -1,0 +1,150 @@
+"""The judge outside the kernel, in-process and fast: what the kernel may see, records, binding to cells.
+
+The end-to-end proof (real nbgrader runs, real tricks) is tests/test_tamper.py; these
+tests pin down the pieces: the kernel's inputs hold no secret, the call parser, the
+record round trip, and the rule that records must answer the locked cell's checks
+exactly, in order.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from nbformat.notebooknode import NotebookNode
+
+from attncourse.calls import check_calls
+from attncourse.cases import SECRET, StoredCase, inputs_only
+from attncourse.grading import run
+from attncourse.preprocessors import judge_cell, reference_data
+from attncourse.records import MIME, decode, encode
+from harness import ROOT
+from sections import with_grader
+
+
+@functools.lru_cache(maxsize=None)
+def _data(section):
+    return reference_data(str(ROOT), section)
+
+
+@pytest.mark.parametrize("section", with_grader())
+def test_kernel_inputs_hold_no_secret(section):
+    full, shared = _data(section)
+    assert "messages" not in shared and set(shared) == {"section", "cases"}
+    assert shared["cases"].keys() == full["cases"].keys()
+    for key, case in shared["cases"].items():
+        assert not set(SECRET) & set(case), key
+        # everything else the kernel needs to run the case is kept
+        assert {k: v for k, v in full["cases"][key].items() if k not in SECRET}.keys() == case.keys(), key
+
+
+def test_stored_case_round_trip_keeps_the_stored_form():
+    full, _ = _data("02_qkv_by_hand")
+    for key, case in full["cases"].items():
+        assert StoredCase.from_dict(case).to_dict().keys() == case.keys(), key
+
+
+def test_check_calls_reads_the_cell_like_python():
+    src = '''### BEGIN HIDDEN TESTS
+# GRADER.check("commented", "out", f)
+GRADER.check("softmax", "rows", softmax)
+GRADER .check( 'softmax' ,
+    "axis0", softmax)
+x = "GRADER.check('in', 'a string')"
+GRADER.check("attention_maps", "short", attention_maps, model=SHIPPED.model, tokenizer=SHIPPED.tokenizer)
+GRADER.check(name, "case", f)
+### END HIDDEN TESTS'''
+    assert check_calls(src) == [("softmax", "rows"), ("softmax", "axis0"), ("attention_maps", "short"),
+                                ("?", "case")]
+    assert check_calls("print('no checks')") == []
+
+
+class Sub(torch.Tensor):
+    pass
+
+
+def test_records_round_trip_and_refuse_to_look_inside_subclasses():
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    g = decode(encode((t, [1, 2.5], {"a": True}, "x")))
+    assert g.kind == "tuple" and g.items[0].shape == (2, 3) and g.items[0].dtype == "torch.float32"
+    assert g.items[0].array.tolist() == t.tolist()
+    assert [i.value for i in g.items[1].items] == [1, 2.5] and g.items[2].keys == ["a"]
+    assert decode(encode(t.as_subclass(Sub))).kind == "other"
+    meta = decode(encode(torch.empty(2, 3, device="meta")))
+    assert meta.array is None and meta.device == "meta"
+
+
+def _cell(source, outputs):
+    return NotebookNode(cell_type="code", source=source, metadata={"nbgrader": {"grade": True}}, outputs=outputs)
+
+
+def _records(section, calls, answer):
+    """Records as the kernel would publish them for ``calls`` answered by ``answer``."""
+    _, shared = _data(section)
+    out = []
+    for n, (ex, case) in enumerate(calls, 1):
+        rec = {"v": 1, "n": n, "exercise": ex, "case": case}
+        rec.update(run(StoredCase.from_dict(shared["cases"][f"{ex}:{case}"]), answer, {}))
+        out.append(NotebookNode(output_type="display_data", data={MIME: rec, "text/plain": "checked"}, metadata={}))
+    return out
+
+
+def _sdpa_source():
+    from graders import load_section
+    from graders.build import define
+
+    ex = load_section("02_qkv_by_hand").exercise("scaled_dot_product_attention")
+    return define(ex, ex.reference), define(ex, ex.mistakes[0].code)
+
+
+SRC = 'GRADER.check("scaled_dot_product_attention", "batched", f)\n' \
+      'GRADER.check("scaled_dot_product_attention", "masked", f)\n'
+CALLS = [("scaled_dot_product_attention", "batched"), ("scaled_dot_product_attention", "masked")]
+
+
+def _verdict(outputs):
+    cell = _cell(SRC, outputs)
+    judge_cell(cell, check_calls(SRC), _data("02_qkv_by_hand")[0])
+    errors = [o for o in cell.outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    return errors, text, cell
+
+
+def test_correct_records_pass_and_are_replaced_by_verdict_lines():
+    good, _ = _sdpa_source()
+    errors, text, cell = _verdict(_records("02_qkv_by_hand", CALLS, good))
+    assert not errors and text.count("✓") == 2
+    assert not any(MIME in (o.get("data") or {}) for o in cell.outputs)
+
+
+def test_a_wrong_answer_is_named_without_the_reference():
+    _, wrong = _sdpa_source()
+    errors, text, _ = _verdict(_records("02_qkv_by_hand", CALLS, wrong))
+    assert [e.ename for e in errors] == ["GradingError"] and "Most likely cause" in errors[0].evalue
+    assert text.count("✗") == 2
+
+
+@pytest.mark.parametrize("tamper", ["missing", "extra", "repeated", "reordered", "other_case", "none"])
+def test_records_not_bound_to_the_cell_score_zero(tamper):
+    good, _ = _sdpa_source()
+    recs = _records("02_qkv_by_hand", CALLS, good)
+    extra = _records("02_qkv_by_hand", [("scaled_dot_product_attention", "float64")], good)
+    recs = {"missing": recs[:1], "extra": recs + extra, "repeated": recs + recs[1:],
+            "reordered": recs[::-1], "other_case": [recs[0], extra[0]], "none": []}[tamper]
+    errors, _, _ = _verdict(recs)
+    assert [e.ename for e in errors] == ["TamperingSuspected"], tamper
+    assert "tampering suspected" in errors[0].evalue
+
+
+def test_the_same_correct_records_pass_the_binding_control():
+    """Control for the test above: the honest records of the same cell pass."""
+    good, _ = _sdpa_source()
+    assert not _verdict(_records("02_qkv_by_hand", CALLS, good))[0]
+
+
+def test_a_record_claiming_another_device_is_refused():
+    good, _ = _sdpa_source()
+    recs = _records("02_qkv_by_hand", CALLS, good)
+    recs[0].data[MIME]["device"] = "cuda:0"
+    errors, _, _ = _verdict(recs)
+    assert errors and "tampering suspected" in errors[0].evalue
