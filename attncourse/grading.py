@@ -30,7 +30,6 @@ import contextlib as _contextlib
 import io as _io
 import os as _os
 import signal as _signal_mod
-import sys as _sys
 import threading as _threading
 import warnings as _warnings
 from pathlib import Path as _Path

@@ -1,17 +1,15 @@
-"""Trusted primitives, captured when this module is first imported.
+"""Primitives captured when the grader's kernel side is first imported (in the locked setup cell).
 
-Every notebook imports this module in its locked setup cell, before any
-student code runs.  The grader compares answers only through the names
-captured here, so a submission that later rebinds ``np.allclose``,
-``torch.allclose``, ``torch.testing.assert_close``, builtins such as
-``abs``/``isinstance``/``print``, or methods on ``torch.Tensor`` does not
-change how it is graded.
+The kernel side of the grader (:mod:`attncourse.grading`, :mod:`attncourse.records`)
+runs the student's code and describes what came back.  It looks at an answer only
+through the names captured here — builtins, exact types, and the C-level methods of
+``torch._C.TensorBase`` and ``numpy.ndarray`` — after an *exact* type check, so a
+tensor subclass or an object whose ``__eq__``/``__array__`` lie is recorded by its
+type, none of its methods called, and a later rebinding of ``torch.Tensor.numpy``,
+``isinstance`` and the like does not change what is recorded.
 
-Answers are converted to plain float64 ``numpy.ndarray`` objects with the
-C-level methods of ``torch._C.TensorBase`` and ``numpy`` (types whose
-attributes cannot be reassigned from Python), after an *exact* type check:
-tensor subclasses and objects whose ``__eq__``/``__sub__``/``__array__``
-lie are refused before any of their methods is called.
+This protects the *description*, not the grade: the verdict is made outside the
+kernel (:mod:`attncourse.judge`), against reference values the kernel never holds.
 """
 from __future__ import annotations
 
@@ -72,12 +70,6 @@ np_isfinite = _np.isfinite
 np_logical_and = _np.logical_and
 np_logical_or = _np.logical_or
 np_logical_not = _np.logical_not
-# ufunc methods are C code that a submission cannot rebind; np.count_nonzero and
-# np.amax are Python wrappers that look up helpers in numpy's modules at call time.
-_add_reduce = _np.add.reduce
-_max_reduce = _np.maximum.reduce
-_np_int64 = _np.int64
-_np_bool_dtype = _np.bool_
 np_zeros = _np.zeros
 np_stack = _np.stack
 ndarray_copy = _np.ndarray.copy
@@ -92,16 +84,6 @@ ndarray_tobytes = _np.ndarray.tobytes
 dict_keys = _builtins.dict.keys
 dict_getitem = _builtins.dict.__getitem__
 
-
-def np_count_nonzero(x) -> int:
-    """Number of true entries of an exact ndarray or numpy scalar (C-level ufunc reduce only)."""
-    flat = ndarray_reshape(ndarray_astype(np_asarray(x), _np_bool_dtype), -1)
-    return int_(_add_reduce(ndarray_astype(flat, _np_int64)))
-
-
-def np_amax(x):
-    """Largest entry of a non-empty exact ndarray (C-level ufunc reduce only)."""
-    return _max_reduce(ndarray_reshape(np_asarray(x), -1))
 
 # --- torch ----------------------------------------------------------------------
 _TB = _torch._C.TensorBase
@@ -172,86 +154,6 @@ def tensor_to_numpy(x) -> "ndarray":
     return ndarray_astype(arr, np_float64, copy=True)
 
 
-def _plain_number(v) -> bool:
-    t = type_(v)
-    return t is int_ or t is float_ or t is bool_ or t is np_float64 or (
-        isinstance_(v, (np_floating, np_integer, np_bool)) and type_(v).__module__ == "numpy"
-    )
-
-
 def is_numpy_scalar(v) -> bool:
     """A NumPy scalar (np.float64, np.int32, np.bool_ ...), not a subclass defined elsewhere."""
     return isinstance_(v, (np_floating, np_integer, np_bool)) and type_(v).__module__ == "numpy"
-
-
-def _nested_numbers(obj, depth=0):
-    if depth > 8:
-        raise Refused("nested too deeply")
-    t = type_(obj)
-    if t is list_ or t is tuple_:
-        return [_nested_numbers(v, depth + 1) for v in obj]
-    if _plain_number(obj):
-        return float_(obj)
-    raise Refused(f"expected numbers, found {describe_type(obj)}")
-
-
-def to_numpy(x) -> "ndarray":
-    """float64 copy of a plain answer: exact ndarray, exact tensor, list/tuple of numbers, or a number."""
-    if _exact_tensor(x):
-        return tensor_to_numpy(x)
-    t = type_(x)
-    if t is ndarray:
-        dt = ndarray_dtype(x)
-        if dt.kind not in "fiub":
-            raise Refused(f"expected a numeric array, got an array of dtype {dt}")
-        return ndarray_astype(x, np_float64, copy=True)
-    if t is list_ or t is tuple_ or _plain_number(x):
-        try:
-            return np_array(_nested_numbers(x), dtype=np_float64)
-        except ValueError_ as e:
-            raise Refused(f"the nested lists are ragged ({e})")
-    raise Refused(f"expected a NumPy array, a torch.Tensor or a list of numbers, got {describe_type(x)}")
-
-
-def shape_of(x):
-    """Shape of an exact tensor or ndarray, as a plain tuple of ints."""
-    if _exact_tensor(x):
-        return tuple_(int_(s) for s in t_shape(x))
-    if type_(x) is ndarray:
-        return tuple_(int_(s) for s in ndarray_shape(x))
-    return tuple_(int_(s) for s in ndarray_shape(to_numpy(x)))
-
-
-def max_abs_diff(a: "ndarray", b: "ndarray") -> float:
-    """Largest |a - b| over finite-and-equal-inf positions; inf where NaN/inf patterns differ."""
-    a_nan, b_nan = np_isnan(a), np_isnan(b)
-    if np_count_nonzero(np_logical_not(a_nan == b_nan)):
-        return float_("inf")
-    a_inf, b_inf = np_isinf(a), np_isinf(b)
-    if np_count_nonzero(np_logical_not(a_inf == b_inf)):
-        return float_("inf")
-    mask = np_logical_not(np_logical_or(a_nan, a_inf))
-    if np_count_nonzero(np_logical_and(a_inf, np_logical_not(a == b))):
-        return float_("inf")
-    if not np_count_nonzero(mask):
-        return 0.0
-    d = np_abs(np_subtract(a[mask], b[mask]))
-    return float_(np_amax(d))
-
-
-def close(a: "ndarray", b: "ndarray", atol: float, rtol: float) -> bool:
-    """Trusted allclose for two float64 ndarrays of equal shape (NaN == NaN, inf == inf)."""
-    if ndarray_shape(a) != ndarray_shape(b):
-        return False
-    a_nan, b_nan = np_isnan(a), np_isnan(b)
-    if np_count_nonzero(np_logical_not(a_nan == b_nan)):
-        return False
-    a_inf, b_inf = np_isinf(a), np_isinf(b)
-    if np_count_nonzero(np_logical_not(a_inf == b_inf)):
-        return False
-    if np_count_nonzero(np_logical_and(a_inf, np_logical_not(a == b))):
-        return False
-    mask = np_logical_not(np_logical_or(a_nan, a_inf))
-    diff = np_abs(np_subtract(a[mask], b[mask]))
-    bound = np_add(atol, np_multiply(rtol, np_abs(b[mask])))
-    return not np_count_nonzero(np_greater(diff, bound))

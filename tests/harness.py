@@ -231,10 +231,9 @@ def pairing_problems(cases: dict, report: dict) -> list[str]:
 
 def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
     """Every way the batch's outcome differs from what each corpus module expects."""
-    import re
+    from attncourse.calls import calls_exercise
 
     section = CORPUS_SECTION
-    from attncourse.calls import calls_exercise
 
     hidden = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
               if c.metadata.get("nbgrader", {}).get("grade") and calls_exercise(c.source, CORPUS_EXERCISE)]

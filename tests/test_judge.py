@@ -14,7 +14,7 @@ import torch
 from nbformat.notebooknode import NotebookNode
 
 from attncourse.calls import check_calls
-from attncourse.cases import SECRET, StoredCase, inputs_only
+from attncourse.cases import SECRET, StoredCase
 from attncourse.grading import run
 from attncourse.preprocessors import judge_cell, reference_data
 from attncourse.records import MIME, decode, encode

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from attncourse.grading import Grader
 
 seed_everything(0)
-GRADER = Grader("{section}")   # hidden tests use it; it captures trusted code before yours runs
+GRADER = Grader("{section}")   # the hidden tests run your code through it
 '''
 
 

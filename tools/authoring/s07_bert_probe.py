@@ -59,7 +59,7 @@ from attncourse.models import load_bert, load_shipped
 from attncourse.probe import head_explorer, layer_head_grid, plot_shares, save_head_png
 
 seed_everything(0)
-GRADER = Grader("07_bert_probe")   # hidden tests use it; it captures trusted code before yours runs
+GRADER = Grader("07_bert_probe")   # the hidden tests run your code through it
 """)
 
 # ----------------------------------------------------------------------------------------------
