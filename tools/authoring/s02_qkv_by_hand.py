@@ -185,10 +185,15 @@ for d in (4, 64):
     q = rng.normal(size=(20000, d))           # (20000, d) random queries
     k = rng.normal(size=(20000, d))           # (20000, d) random keys
     dots = (q * k).sum(axis=1)                # (20000,) one dot product per pair
-    print(d, round(dots.std(), 1), "-> after / sqrt(d):", round((dots / np.sqrt(d)).std(), 2))
+    print(d, round(dots.std(), 1), "-> after / sqrt(d):", round((dots / np.sqrt(d)).std(), 2),
+          "  after / d:", round((dots / d).std(), 3))
 """)
 nb.md("""
 The spread is about 2 for `d = 4` and about 8 for `d = 64`, as √d predicts; after scaling both are near 1.
+
+**Why √d_k and not d_k?** The spread grows like √d, so √d is what cancels it. Dividing by `d` overshoots:
+the spread becomes `1/√d` — 0.5 for `d = 4` and 0.125 for `d = 64` above — so the bigger the head, the
+flatter every softmax, until attention can no longer prefer one key over another.
 
 ## 5 · A common error: `Q @ K`
 
@@ -213,26 +218,30 @@ calculator (NumPy as a calculator is fine), then **type the numbers** as arrays 
 queries. Two or three decimals are enough: the hidden tests accept an error up to `0.01`.
 """)
 nb.setup("hand_example", HAND_GIVEN.strip("\n") + "\nprint(Q_ex.shape, K_ex.shape, V_ex.shape)")
-nb.md("**a)** The raw scores `Q_ex Kᵀ_ex`, shape `(3, 3)`.")
+nb.md("**a)** The raw scores `Q_ex Kᵀ_ex`, shape `(3, 3)`: set **`scores_hand`**.")
 nb.solution("scores_hand", """
+# scores_hand = the raw scores Q_ex @ K_ex.T, shape (3, 3)
 ### BEGIN SOLUTION
 scores_hand = [[1, 3, 4], [0, 1, 2], [2, 2, 0]]
 ### END SOLUTION
 """)
-nb.md("**b)** The scaled scores (divide by √d_k), shape `(3, 3)`.")
+nb.md("**b)** The scaled scores (divide by √d_k), shape `(3, 3)`: set **`scaled_hand`**.")
 nb.solution("scaled_hand", """
+# scaled_hand = the scores divided by √d_k, shape (3, 3)
 ### BEGIN SOLUTION
 scaled_hand = [[0.707, 2.121, 2.828], [0.0, 0.707, 1.414], [1.414, 1.414, 0.0]]
 ### END SOLUTION
 """)
-nb.md("**c)** The attention weights (softmax of each row), shape `(3, 3)`.")
+nb.md("**c)** The attention weights (softmax of each row), shape `(3, 3)`: set **`weights_hand`**.")
 nb.solution("weights_hand", """
+# weights_hand = the softmax of each row of scaled_hand, shape (3, 3)
 ### BEGIN SOLUTION
 weights_hand = [[0.074, 0.306, 0.620], [0.140, 0.284, 0.576], [0.446, 0.446, 0.108]]
 ### END SOLUTION
 """)
-nb.md("**d)** The output (weights times `V_ex`), shape `(3, 2)`.")
+nb.md("**d)** The output (weights times `V_ex`), shape `(3, 2)`: set **`output_hand`**.")
 nb.solution("output_hand", """
+# output_hand = weights_hand @ V_ex, shape (3, 2)
 ### BEGIN SOLUTION
 output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]
 ### END SOLUTION

@@ -107,10 +107,12 @@ nb.md("""
 
 Scaled scores of a new 3-token example (rows = queries). Apply a **causal** mask and compute the weights:
 blocked entries are exactly 0, and each row's allowed entries follow a softmax over the allowed scores only.
-Type the `(3, 3)` result; two or three decimals are enough.
+Type the `(3, 3)` result as **`masked_weights_hand`** (an array or a list of lists); two or three
+decimals are enough.
 """)
 nb.setup("hand_example", HAND_GIVEN.strip("\n") + "\nprint(S_ex.shape)")
 nb.solution("masked_weights_hand", """
+# masked_weights_hand = the causally masked weights of S_ex, shape (3, 3)
 ### BEGIN SOLUTION
 masked_weights_hand = [[1.0, 0.0, 0.0], [0.818, 0.182, 0.0], [0.078, 0.574, 0.348]]
 ### END SOLUTION
@@ -154,7 +156,9 @@ nb.md("""
 Blocked scores must end up with weight 0. `-inf` does that exactly, because `exp(-inf) = 0`. A finite fill
 only works when it is **far below every real score**: the weight that leaks to a blocked key is about
 `exp(fill - score)`. Below, two real scores and one blocked key, first with ordinary scores and then with
-strongly negative ones (scores around -500 happen with large, untrained or long-context models).
+strongly negative ones. Raw scores have no fixed range — they scale with the lengths of the query and
+key vectors, which training is free to grow — so the -500 row is a constructed example of the rule, not a
+typical value.
 """)
 nb.code("""
 for real in ([2.0, 1.0], [-500.0, -501.0]):

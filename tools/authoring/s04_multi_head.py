@@ -253,11 +253,16 @@ kept for the backward pass multiply that.
 
 ## 7 · The fused kernel: `F.scaled_dot_product_attention`
 
-`F.scaled_dot_product_attention(q, k, v, attn_mask=...)` does the whole attention step in one call and
-can pick a fused kernel (FlashAttention or memory-efficient attention on GPUs, a fused kernel on CPUs)
-that never stores the full `(T, T)` matrix. Its boolean mask follows *our* convention (True = may attend).
-The price: it returns only the output, **no weights**. Use it for training and inference; compute the
-weights explicitly, as in your module, when you want to look at them (heatmaps, probing).
+`F.scaled_dot_product_attention(q, k, v, ...)` does the whole attention step in one call and picks a
+backend from its inputs. On a CUDA GPU, **FlashAttention** runs only when no `attn_mask` is passed —
+`is_causal=True` asks for the causal pattern without a mask tensor — while an explicit `attn_mask` sends the
+call to the memory-efficient kernel (or the plain math path); on a CPU a fused C++ kernel does the work.
+The fused kernels never store the `(T, T)` weights, but an explicit `(T, T)` mask is itself a T²-sized
+tensor: for causal attention prefer `is_causal=True`. (On a GPU, `torch.backends.cuda.can_use_flash_attention`
+with `debug=True` tells you why a call cannot use FlashAttention; this rule comes from PyTorch's
+documentation — the course's test machine has no GPU to measure it.) Its boolean mask follows *our*
+convention (True = may attend). The price: it returns only the output, **no weights**. Use it for training
+and inference; compute the weights explicitly, as in your module, when you want to look at them.
 """)
 
 nb.code("""
@@ -266,8 +271,10 @@ q, k, v = torch.randn(3, 2, 4, 6, 8).unbind(0)            # each (B, h, T, d_k)
 causal = torch.ones(6, 6, dtype=torch.bool).tril()
 w = torch.softmax((q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~causal, float("-inf")), dim=-1)
 explicit = w @ v                                           # (B, h, T, d_k)
-fused = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)   # (B, h, T, d_k), no weights
-compare("explicit vs fused", explicit, fused, atol=1e-5)
+fused = F.scaled_dot_product_attention(q, k, v, is_causal=True)     # (B, h, T, d_k); no mask tensor, no weights
+masked = F.scaled_dot_product_attention(q, k, v, attn_mask=causal)  # same result; a GPU cannot use FlashAttention here
+compare("explicit vs is_causal=True", explicit, fused, atol=1e-5)
+compare("explicit vs attn_mask", explicit, masked, atol=1e-5)
 """)
 
 nb.md("""

@@ -188,6 +188,12 @@ which pair `(2i, 2i+1)` at position `t` is rotated by `t · 10000^(−2i/d)`. Ke
 (features 0 and 1 form pair 0, 2 and 3 pair 1, …). Tip: compute the angles in at least float32, even for
 a bfloat16 input, and cast cos and sin to `x.dtype`.
 
+*Layouts.* This interleaved layout is the one of the RoFormer paper. Hugging Face's Llama code uses the
+"rotate-half" layout instead: feature `i` is paired with feature `i + d/2`. The two are the same rotation
+up to a fixed permutation of the features, so each keeps lengths and makes `q·k` depend on `m − n` only —
+but their weights are not interchangeable: checkpoints trained with one layout need their `W_Q`/`W_K` rows
+permuted to be used with the other.
+
 The hidden tests check your values *and* the two properties: lengths preserved, and
 `rope(q)[m] · rope(k)[n]` depending on `m − n` only.
 """)

@@ -31,14 +31,17 @@ nb.md("""
 Attention mixes information *between* tokens. The feed-forward network (FFN) then processes each token on
 its own: expand `d_model → d_ff` (usually 4·d_model), apply a non-linearity (GELU), project back. For
 `d_model = 512`, `d_ff = 2048` that is 512·2048 + 2048 weights and biases in, 2048·512 + 512 out:
-2,099,712 parameters, twice the 1,048,576 weights of the attention projections. For BERT-base sizes
-(768 and 3072) it is 4,722,432.
+2,099,712 parameters. Weights against weights: the FFN's 2,097,152 weights are twice the 1,048,576
+weights of the four attention projections (`W_Q`, `W_K`, `W_V`, `W_O`, each 512 × 512). For BERT-base
+sizes (768 and 3072) the FFN has 4,722,432 parameters.
 """)
 
 nb.code("""
 for d_model, d_ff in [(512, 2048), (768, 3072)]:
     ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
-    print(f"d_model={d_model}, d_ff={d_ff}: {sum(p.numel() for p in ffn.parameters()):,} parameters")
+    weights = sum(p.numel() for n, p in ffn.named_parameters() if n.endswith("weight"))
+    print(f"d_model={d_model}, d_ff={d_ff}: {sum(p.numel() for p in ffn.parameters()):,} parameters, "
+          f"{weights:,} of them weights")
 print(f"attention projections (weights only), d_model=512: {4 * 512 * 512:,}")
 """)
 
@@ -284,11 +287,16 @@ nb.md("""
 What the numbers show here, honestly: the Post-LN stack's gradient norms are about the same at every
 depth, so its first block is **not** starved in this setup. The Pre-LN stack's gradients *shrink* from the
 first block to the last, and its last blocks get about half of what Post-LN's get: Pre-LN's residual stream
-grows with depth and the final LayerNorm divides by it. That matches the analysis of Xiong et al. (2020):
-Post-LN's gradients near the output are large and do not shrink with depth, which is why it needs a small
-learning rate or a warm-up, while Pre-LN's are damped. It does not support the popular shortcut
-"Post-LN's first block gets vanishing gradients". This is one measurement at initialisation on a toy
-model, not a training run; try `n_layers=12` or `d_model=64`.
+grows with depth and the final LayerNorm divides by it.
+
+How this relates to Xiong et al. (2020), exactly: the paper analyses Post-LN and Pre-LN at
+initialisation and measures gradient norms per layer in full-size models. It reports that Post-LN's
+gradients are largest near the output (hence its need for a learning-rate warm-up), while Pre-LN's stay
+about the same from layer to layer. Our toy measurement agrees only in part: Post-LN's norms rise mildly
+toward the output, in the paper's direction; Pre-LN's *fall* toward the output, which the paper does not
+report for its models. Neither result supports the popular shortcut "Post-LN's first block gets vanishing
+gradients".
+One measurement at initialisation on a toy model, not a training run; try `n_layers=12` or `d_model=64`.
 
 ## 7 · Three families
 

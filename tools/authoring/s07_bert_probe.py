@@ -518,14 +518,17 @@ nb.manual("analysis", 3, r"""
 * **1 point — the head, with numbers.** Names the strongest `it → animal` head with its
   0-indexed layer and head and quotes the weights the notebook printed for both sentences.
   Numbers must come from the printout (a made-up or 1-indexed head without saying so: 0).
-* **1 point — an honest reading of tired vs wide.** Says that the same head keeps pointing at
-  `animal` when the street is wide (its weight drops only a little, `it → street` stays small),
-  that some heads move weight to `street` but none switches cleanly, and therefore that this head
-  does not show the model "resolving" the pronoun. Claiming the head resolves coreference
-  because of one sentence: 0.
-* **1 point — shares and limits.** Reports where the `[CLS]`/`[SEP]` shares peak and contrasts it
-  with the paper (MiniLM parks attention on `[CLS]`, BERT-base on `[SEP]`; a smaller, distilled,
-  sentence-embedding model), **and** states that attention weights are evidence, not an
+* **1 point — an honest reading of tired vs wide, consistent with the student's own printout.**
+  Says what *their* head did between the two sentences (kept pointing at `animal`, or moved weight
+  to `street`, by how much) and what `it → street` did across heads, with the printed numbers, and
+  draws only the conclusion those numbers allow: one head on one minimal pair shows where weight
+  goes, not that the model "resolves" the pronoun. A reading that contradicts the student's own
+  printout, or claims resolution from one sentence: 0. (With the shipped MiniLM the head keeps
+  pointing at `animal`; another local BERT model may behave differently — grade against the
+  printout, not against MiniLM.)
+* **1 point — shares and limits.** Reports where the `[CLS]`/`[SEP]` shares peak *in their
+  printout* and contrasts it with the paper (with the shipped MiniLM: attention parks on `[CLS]`,
+  where BERT-base parks it on `[SEP]`), **and** states that attention weights are evidence, not an
   explanation (values, residual stream, other heads, minimal pairs needed).
 
 *Sample answer (shipped MiniLM; the student quotes the printed head and weights):* "The strongest
