@@ -176,6 +176,26 @@ print(one_hot)
 print(table[ids_t])                                      # (3, d_model)
 """)
 nb.md("""
+### The course's device and dtype rule
+
+From this exercise on, every graded function and module must run **unchanged** on whatever device and
+dtype its inputs come with. The hidden tests call it on the CPU, on a GPU when the grading machine has one,
+in float64 and bfloat16, and on PyTorch's `meta` device — a device whose tensors have a shape and a dtype
+but no values, so any tensor your code creates on a *fixed* device shows up there as a mismatch, even on a
+CPU-only grader. The rule: create new tensors from the inputs — `torch.zeros(n, device=x.device,
+dtype=x.dtype)`, `torch.ones_like(x)`, `x.new_zeros(n)` — never with a bare `torch.zeros(n)`.
+""")
+nb.code("""
+x = torch.empty(2, 3, device="meta", dtype=torch.bfloat16)   # shape and dtype only, no values
+print("bare torch.zeros :", torch.zeros(3).device, torch.zeros(3).dtype)             # fixed: cpu, float32
+print("from the input   :", torch.zeros(3, device=x.device, dtype=x.dtype).device,
+      x.new_zeros(3).dtype)                                                           # follows x
+try:
+    x + torch.zeros(3)          # a CPU tensor meets a meta tensor
+except Exception as err:
+    print(type(err).__name__ + ":", str(err).splitlines()[0][:90])
+""")
+nb.md("""
 ### Exercise 4 · `embed(ids, table)`
 
 Return the embeddings of `ids` (any shape, `torch.long`) as **one-hot @ table**: shape

@@ -21,6 +21,39 @@ with weights it computes itself. In this notebook you compute that by hand, then
 """)
 nb.setup("setup", setup_source(SECTION))
 
+# ------------------------------------------------------------------ why not recurrence
+nb.md("""
+## 0 · Why attention replaced recurrent networks
+
+Before Transformers, sequence models were recurrent (RNN, LSTM, GRU): they read one token at a time and
+carry a hidden state forward. That has three costs. **Sequential:** step `t` needs the state of step
+`t − 1`, so the `T` steps cannot run in parallel. **Long paths:** what token 0 says reaches token `T − 1`
+only through `T − 1` updates, and fades on the way (vanishing gradients). **A bottleneck:** the whole past
+must fit in one fixed-size vector. Attention lets every token look at every other token directly: all
+`T × T` pairs are scored in one matrix product, and any two tokens are one step apart.
+""")
+nb.code("""
+T, d = 512, 64
+x = torch.randn(T, d)                                  # (T, d) one sequence
+W_x, W_h = torch.randn(d, d) / 8, torch.randn(d, d) / 8
+
+h, steps = torch.zeros(d), 0
+for t in range(T):                                     # each step needs the previous h: no parallelism
+    h = torch.tanh(x[t] @ W_x + h @ W_h)
+    steps += 1
+
+scores = x @ x.T / math.sqrt(d)                        # (T, T): every pair scored at once
+out = torch.softmax(scores, dim=-1) @ x                # (T, d)
+print(f"recurrence: {steps} steps, each waiting for the one before; token 0 reaches token {T - 1} "
+      f"through {T - 1} updates")
+print(f"attention : {scores.numel():,} scores from one matrix product; token 0 reaches token {T - 1} in 1 step")
+""")
+nb.md("""
+The recurrent loop is a chain: a GPU, which runs thousands of operations at once, cannot spread it out.
+The attention step is two large matrix products that it can. The price of attention is the `T × T` score matrix:
+memory and compute grow with `T²` (section 04 measures it).
+""")
+
 # ------------------------------------------------------------------ weighted average
 nb.md("""
 ## 1 · Attention output = a weighted average
@@ -95,6 +128,21 @@ Start from the token vectors `X` of shape `(T, d_model)`. Three learned matrices
 - `K = X W_K` — what each token offers to be matched against;
 - `V = X W_V` — what each token hands over once matched.
 
+**Attention as a soft dictionary lookup.** A Python dict returns the value of the one key that equals the
+query. Attention softens both halves: every key is scored by its *similarity* to the query, and the answer
+is a weighted blend of *all* the values.
+""")
+nb.code("""
+table = {"cat": 1.0, "dog": 2.0, "car": 3.0}
+print("hard lookup, table['dog'] ->", table["dog"])
+keys = np.array([[1.0, 0.0], [0.9, 0.2], [0.0, 1.0]])   # (3, 2) cat, dog, car as vectors
+values = np.array([1.0, 2.0, 3.0])                       # (3,)
+query = np.array([0.9, 0.1])                             # (2,) "something like a cat or a dog"
+s = keys @ query * 4                                     # (3,) similarity scores
+w = np.exp(s - s.max()) / np.exp(s - s.max()).sum()      # (3,) softmax
+print("soft lookup weights:", np.round(w, 3), "-> blended value", round(float(w @ values), 3))
+""")
+nb.md("""
 Then four steps:
 
 | step | formula | shape |
@@ -140,6 +188,22 @@ print("row sums:", A3.sum(axis=1))
 nb.md("""
 Token 1 = `[1, 0]` matches itself and token 3 equally and token 2 least; token 3 = `[1, 1]` matches itself
 best. Every row sums to 1.
+
+**Why separate `W_Q`, `W_K` and `W_V`?** With identity projections, as here, the scores `X Xᵀ` are
+*symmetric* — token `a` scores `b` exactly as `b` scores `a` — and a token's score with itself, `|x|²`, tends
+to win. But "what I am looking for", "what I offer to be matched on" and "what I pass on" are different roles:
+a pronoun looks for a noun, not for another pronoun. Separate learned matrices give each role its own
+projection, so scores can be asymmetric and the value passed on can differ from the key that matched.
+""")
+nb.code("""
+rng = np.random.default_rng(1)
+Wq_r, Wk_r = rng.normal(size=(2, 2)), rng.normal(size=(2, 2))   # (2, 2) two different projections
+S_same = X3 @ X3.T                                               # (3, 3) Q = K = X
+S_sep = (X3 @ Wq_r) @ (X3 @ Wk_r).T                              # (3, 3) Q = X W_Q, K = X W_K
+print("Q = K: symmetric scores?", np.allclose(S_same, S_same.T))
+print("separate W_Q, W_K: symmetric scores?", np.allclose(S_sep, S_sep.T))
+""")
+nb.md("""
 
 ### Worked example · random 4-dim projections
 
@@ -375,7 +439,11 @@ attn = SelfAttention(d_model=16, d_k=16)
 with torch.no_grad():
     out, w = attn(x)                                     # (1, 6, 16), (1, 6, 6)
 print(tuple(out.shape), tuple(w.shape), "row sums:", w[0].sum(-1))
-attention_heatmap(w[0], keys=tokens, title="Untrained self-attention");
+from pathlib import Path
+Path("figures").mkdir(exist_ok=True)                     # your PNGs go here, next to this notebook
+attention_heatmap(w[0], keys=tokens, title="Untrained self-attention (my SelfAttention)",
+                  savepath="figures/02_my_self_attention.png");
+print("saved figures/02_my_self_attention.png")
 """)
 
 # ------------------------------------------------------------------ summary
@@ -388,6 +456,8 @@ nb.md("""
 - Subtract the row maximum before `exp`; the softmax does not change and nothing overflows.
 - A mask sets blocked scores to `-inf` before the softmax: they get weight exactly 0.
 - Self-attention alone is permutation-equivariant: it does not see order.
+- Unlike a recurrent network, attention scores all token pairs at once: parallel, and any two tokens are
+  one step apart; the price is `T²` memory and compute.
 
 ### Checkpoint
 
@@ -397,6 +467,7 @@ nb.md("""
 - [ ] My `softmax` is stable for `[1000, 1001]`.
 - [ ] My `scaled_dot_product_attention` matches `F.scaled_dot_product_attention`, with and without a mask.
 - [ ] My `SelfAttention` uses `W_q`, `W_k`, `W_v` without bias and works on CPU, GPU and any float dtype.
+- [ ] `figures/02_my_self_attention.png` holds my layer's heatmap, and I can read a row of it.
 """)
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ A **mask** says which keys each query may attend to. The course's convention, us
 
 > A mask is a bool or 0/1 tensor, **True/1 = "may attend"**, broadcastable to the scores `(..., T_q, T_k)`.
 > Blocked scores become `-inf` before the softmax, so they get weight exactly 0.
-> A row with no allowed key gets all-zero weights (and so a zero output).
+
+A query row with **no** allowed key is a special case; section 5 shows what goes wrong and what this
+notebook's `masked_softmax` does about it.
 
 **Goals**
 - build causal and padding masks, and combine them for a padded batch;
@@ -189,10 +191,26 @@ print("all -inf        :", torch.softmax(empty.masked_fill(torch.ones(3, dtype=t
 print("all finfo.min   :", torch.softmax(empty.masked_fill(torch.ones(3, dtype=torch.bool), torch.finfo(torch.float32).min), -1))
 """)
 nb.md("""
-**The course's rule for a row with no allowed key: all-zero weights** (so its output is a zero vector). One
-way that works with any fill: after the softmax, set the blocked positions to 0 with
+**`masked_softmax`'s rule for a row with no allowed key: all-zero weights** (so its output is a zero
+vector). One way that works with any fill: after the softmax, set the blocked positions to 0 with
 `weights.masked_fill(~allowed, 0.0)`. Blocked entries were 0 or NaN (all blocked), and become exactly 0.
 
+The rule belongs to `masked_softmax` (exercise 4), not to every module of the course. The attention modules of
+sections 02, 04 and 06 are only ever given masks in which each query has an allowed key — a causal mask always
+allows the diagonal, and a padded sequence has at least one real token — and the plain `-inf` recipe gives NaN
+for an all-blocked row. PyTorch's `F.scaled_dot_product_attention` returns zeros there on the CPU (PyTorch
+2.13; other backends may differ). The cell below shows both on one such row.
+""")
+nb.code("""
+q = torch.randn(1, 3, 4)                                # (B, T, d): 3 queries and keys
+blocked_first = torch.ones(3, 3, dtype=torch.bool).tril()
+blocked_first[0] = False                                # query 0 may attend to nothing
+w = torch.softmax((q @ q.transpose(-2, -1)).masked_fill(~blocked_first, float("-inf")), dim=-1)
+print("plain -inf recipe, row 0:", w[0, 0])
+print("F.scaled_dot_product_attention, row 0 of the output:",
+      F.scaled_dot_product_attention(q, q, q, attn_mask=blocked_first)[0, 0])
+""")
+nb.md("""
 ### Exercise 4 · `masked_softmax(scores, mask)`
 
 `scores (..., T_q, T_k)`, `mask` bool or 0/1, broadcastable to `scores`. Return the weights, same shape,
@@ -248,7 +266,8 @@ nb.md("""
 - Blocked scores become `-inf` **before** the softmax; masking after the softmax breaks the row sums.
 - A finite fill must be far below every real score; `-1e4` or `finfo(dtype).min` are practical in low
   precision, a small fill like `-10` leaks.
-- A row with no allowed key: softmax over all `-inf` is NaN; the course defines it as all zeros.
+- A row with no allowed key: softmax over all `-inf` is NaN; `masked_softmax` defines it as all zeros
+  (as `F.scaled_dot_product_attention` does on the CPU); the other modules are never given such a row.
 
 ### Checkpoint
 

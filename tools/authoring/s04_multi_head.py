@@ -251,6 +251,21 @@ nb.md("""
 At T = 1024 one layer's weights already take 32 MiB per sequence; a batch, many layers and the copies
 kept for the backward pass multiply that.
 
+**Compute grows the same way.** Per layer and sequence, the four projections cost `4 · T · d_model²`
+multiply-adds (linear in `T`); the scores `Q Kᵀ` and the weighted sum `A V` cost `T² · d_k` each per head,
+`2 · T² · d_model` over all heads (quadratic in `T`). The two are equal at `T = 2 · d_model`; past that the
+`T²` part dominates.
+""")
+nb.code("""
+d_model = 512
+for T in lengths + [2048, 4096]:
+    proj = 4 * T * d_model**2                          # Q, K, V and output projections
+    attn = 2 * T**2 * d_model                          # Q Kᵀ and A V, all heads
+    print(f"T={T:5d}: projections {proj / 1e9:6.2f} G, attention {attn / 1e9:6.2f} G multiply-adds "
+          f"({attn / (proj + attn):4.0%} of the layer's attention block)")
+""")
+nb.md("""
+
 ## 7 · The fused kernel: `F.scaled_dot_product_attention`
 
 `F.scaled_dot_product_attention(q, k, v, ...)` does the whole attention step in one call and picks a

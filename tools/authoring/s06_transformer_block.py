@@ -23,7 +23,7 @@ in a residual connection and a LayerNorm. In this section you will
   cross-attention (graded).
 """)
 
-nb.setup("setup", setup_source(SECTION))
+nb.setup("setup", setup_source(SECTION, "import matplotlib.pyplot as plt\nfrom attncourse import block_diagram"))
 
 nb.md("""
 ## 1 · The feed-forward network
@@ -82,6 +82,25 @@ print("variance", x.var(), "std", round(float(np.sqrt(x.var())), 3))
 print("normalised", np.round((x - x.mean()) / np.sqrt(x.var() + 1e-5), 3))
 c = np.array([10., 10., 10., 10.])
 print("constant  ", (c - c.mean()) / np.sqrt(c.var() + 1e-5))
+""")
+
+nb.md("""
+**Why LayerNorm and not BatchNorm?** BatchNorm, the normaliser of CNNs, computes each feature's mean and
+variance *across the batch* (and here across positions too), so a token's output depends on which other
+sentences share its batch and on their padding, and it needs running averages at inference. LayerNorm uses
+only the token's own features: the same token gives the same output whatever else is in the batch, for any
+sequence length. The cell changes the *other* sentence of a batch of two and measures how much the first
+sentence's output moves.
+""")
+nb.code("""
+torch.manual_seed(0)
+batch = torch.randn(2, 5, 8)                       # (B=2, T=5, d=8)
+other = batch.clone()
+other[1] = 10 * torch.randn(5, 8)                  # replace sentence 1 only
+bn, ln = nn.BatchNorm1d(8), nn.LayerNorm(8)        # BatchNorm1d wants (B, d, T)
+for name, norm in [("BatchNorm", lambda t: bn(t.transpose(1, 2)).transpose(1, 2)), ("LayerNorm", ln)]:
+    change = (norm(batch)[0] - norm(other)[0]).abs().max().item()
+    print(f"{name}: sentence 0's output moved by {change:.3f} when sentence 1 changed")
 """)
 
 nb.md("""
@@ -147,6 +166,18 @@ Input and output have the same shape `(B, T, d_model)`, which is why blocks stac
 nb.setup("given_mha", "# Given: multi-head attention with section 04's contract (just run this cell).\n" + MHA_GIVEN)
 
 nb.md("""
+The two forms, drawn with the shape on every arrow (`B = 2` sentences, `T = 5` tokens, `d_model = 16`,
+4 heads, `d_ff = 64`). Everything between blocks is `(B, T, d_model)`; only the inside of attention (per-head
+Q, K, V and the `(T, T)` weights) and of the FFN (`d_ff` wide) differ.
+""")
+nb.code("""
+fig, axes = plt.subplots(1, 2, figsize=(12, 8.4))
+block_diagram(batch=2, seq=5, d_model=16, n_heads=4, pre_ln=False, ax=axes[0])
+block_diagram(batch=2, seq=5, d_model=16, n_heads=4, pre_ln=True, ax=axes[1])
+plt.show()
+""")
+
+nb.md("""
 ### Exercise 2 (7 points) · `TransformerBlock`
 
 Contract: `TransformerBlock(d_model=64, n_heads=4, d_ff=None, pre_ln=False)` (`d_ff` defaults to
@@ -207,6 +238,72 @@ print("attention    ", tuple(a.shape))
 h = block.ffn[0](x + a)                            # (B, T, d_ff)
 print("inside FFN   ", tuple(h.shape))
 print("block output ", tuple(block(x).shape))      # (B, T, d_model)
+""")
+
+nb.md("""
+**Same numbers as `nn.TransformerEncoderLayer`.** PyTorch's encoder layer is this block (with
+`activation="gelu"`, `dropout=0`, `batch_first=True`; `norm_first=True` is Pre-LN). Copy your block's
+weights into it and compare: its `in_proj` packs Q, K and V in the same order as `qkv`, and its boolean
+`src_mask` marks **blocked** positions, the opposite of ours. The last line compares your Post-LN block
+with PyTorch's *Pre-LN* layer: that one must be WRONG — if your Pre-LN and Post-LN were swapped, the first
+two lines would be WRONG instead.
+""")
+nb.code("""
+def as_torch_layer(block, norm_first):
+    \"\"\"nn.TransformerEncoderLayer holding a copy of `block`'s weights.\"\"\"
+    d_model, d_ff = block.ln1.normalized_shape[0], block.ffn[0].out_features
+    layer = nn.TransformerEncoderLayer(d_model, block.attn.n_heads, d_ff, dropout=0.0, activation="gelu",
+                                       batch_first=True, norm_first=norm_first).eval()
+    pairs = [(layer.self_attn.in_proj_weight, block.attn.qkv.weight), (layer.self_attn.in_proj_bias, block.attn.qkv.bias),
+             (layer.self_attn.out_proj.weight, block.attn.out.weight), (layer.self_attn.out_proj.bias, block.attn.out.bias),
+             (layer.linear1.weight, block.ffn[0].weight), (layer.linear1.bias, block.ffn[0].bias),
+             (layer.linear2.weight, block.ffn[2].weight), (layer.linear2.bias, block.ffn[2].bias),
+             (layer.norm1.weight, block.ln1.weight), (layer.norm1.bias, block.ln1.bias),
+             (layer.norm2.weight, block.ln2.weight), (layer.norm2.bias, block.ln2.bias)]
+    with torch.no_grad():
+        for theirs, ours in pairs:
+            theirs.copy_(ours)
+    return layer
+
+
+torch.manual_seed(0)
+x = torch.randn(2, 5, 16)                                  # (B, T, d_model)
+causal = torch.ones(5, 5, dtype=torch.bool).tril()         # ours: True = may attend
+for pre_ln in (False, True):
+    ours = TransformerBlock(d_model=16, n_heads=4, pre_ln=pre_ln).eval()
+    theirs = as_torch_layer(ours, norm_first=pre_ln)
+    with torch.no_grad():
+        compare(f"{'Pre' if pre_ln else 'Post'}-LN, causal", ours(x, causal), theirs(x, src_mask=~causal), atol=1e-5)
+post = TransformerBlock(d_model=16, n_heads=4, pre_ln=False).eval()
+with torch.no_grad():
+    compare("Post-LN vs norm_first", post(x), as_torch_layer(post, norm_first=True)(x), atol=1e-5)
+""")
+
+nb.md("""
+### Exercise (manual, 2 points) · The block on paper
+
+Draw the **Post-LN** block for `B = 4` sentences of `T = 12` tokens, `d_model = 32`, **2** heads and
+`d_ff = 128`, from input to output: every box (attention, the adds, the LayerNorms, the FFN), the two
+residual paths, and the shape on every arrow — including Q, K and V per head and the attention weights.
+Write it in the cell below as a list from input to output (or attach a photo/drawing saved in
+`figures/`), *then* check yourself with
+`block_diagram(batch=4, seq=12, d_model=32, n_heads=2, d_ff=128, pre_ln=False)`.
+""")
+nb.manual("block_diagram", 2, r"""
+### BEGIN SOLUTION
+**Rubric (2 points).**
+
+* **1 point — the order and the residuals.** Post-LN: attention → add → LayerNorm (ln1) → FFN → add →
+  LayerNorm (ln2); the first residual carries the block's input to the first add, the second carries
+  ln1's output to the second add. A Pre-LN order (LayerNorm before each sub-layer): 0.
+* **1 point — the shapes.** Between boxes `(4, 12, 32)` everywhere; Q, K, V per head `(4, 2, 12, 16)`
+  (`d_k = 32 / 2`); attention weights `(4, 2, 12, 12)`; inside the FFN `(4, 12, 128)`. One wrong shape
+  (e.g. weights `(4, 12, 12)` without the heads, or `d_k = 32`): 0.
+
+*Sample:* x (4, 12, 32) → multi-head attention [Q, K, V (4, 2, 12, 16); weights (4, 2, 12, 12)] →
+(4, 12, 32) → + x → (4, 12, 32) → ln1 → (4, 12, 32) → FFN [(4, 12, 128) inside] → (4, 12, 32) → + ln1's
+output → ln2 → output (4, 12, 32).
+### END SOLUTION
 """)
 
 nb.md("""

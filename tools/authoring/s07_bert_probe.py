@@ -503,6 +503,43 @@ print(f"'it' row with the causal mask: animal {A_causal[i_it, j_animal]:.3f}, "
 
 # ----------------------------------------------------------------------------------------------
 nb.md(r"""
+### Practice (not graded) · one word, three meanings
+
+Explain to a friend why *bank* in "river bank" and in "bank loan" ends up as different vectors. Before
+the first layer, the token `bank` has one embedding (plus a position vector); every attention layer then
+mixes in the vectors of the words around it. The cell follows `bank` through the layers in three
+sentences and prints the cosine similarity of its vectors (1 = same direction).
+""")
+
+nb.code(r"""
+BANK = {"river": "we sat on the river bank and watched the water",
+        "loan": "she asked the bank for a loan to buy a house",
+        "account": "he paid the money into his bank account"}
+bank_vecs = {}
+for name, text in BANK.items():
+    enc_b = tokenizer(text, return_tensors="pt")
+    toks_b = tokenizer.convert_ids_to_tokens(enc_b["input_ids"][0])
+    with torch.no_grad():
+        states = model(**enc_b, output_hidden_states=True).hidden_states   # L + 1 tensors (1, T, hidden)
+    bank_vecs[name] = [h[0, toks_b.index("bank")] for h in states]
+pairs = [("river", "loan"), ("loan", "account"), ("river", "account")]
+for layer in range(L + 1):
+    sims = {p: F.cosine_similarity(bank_vecs[p[0]][layer], bank_vecs[p[1]][layer], dim=0).item() for p in pairs}
+    print(f"{'embeddings' if layer == 0 else f'layer {layer}':>10}: " +
+          "   ".join(f"{a}–{b} {v:.3f}" for (a, b), v in sims.items()))
+closest = max(pairs, key=lambda p: F.cosine_similarity(bank_vecs[p[0]][L], bank_vecs[p[1]][L], dim=0))
+print("closest pair after the last layer:", "–".join(closest))
+""")
+
+nb.md(r"""
+Before any attention the three vectors point almost the same way (the same token; only its position
+differs). Layer by layer they drift apart. With the shipped MiniLM the two money senses end up as the
+closest pair, but not by much — read the last rows of your printout: the context pulls *bank* apart,
+and how far depends on the model and the sentences.
+""")
+
+# ----------------------------------------------------------------------------------------------
+nb.md(r"""
 ## 10 · Your analysis (manually graded)
 
 Write **4–5 lines** about *your* printouts above: name the head you found (0-indexed layer and
