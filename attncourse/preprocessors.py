@@ -83,10 +83,6 @@ def _stream(text):
     return NotebookNode(output_type="stream", name="stdout", text=text)
 
 
-def _error(ename, message):
-    return NotebookNode(output_type="error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"])
-
-
 class JudgeRecords(_CourseRoot):
     """After Execute: the verdict on every record, bound to the locked cell that asked for it."""
 
@@ -131,7 +127,7 @@ def judge_cell(cell, calls, reference) -> None:
                          "the instructor's reference data for this section is missing: this check cannot be judged"))
     elif not bound and not errored:
         failures.append((TAMPERING, _binding_problem(calls, got_calls)))
-    verdicts = {}
+    lines, first = [], None
     if reference is not None and (bound or errored):
         cases, messages = reference["cases"], reference.get("messages", {})
         for (idx, rec), (ex, case) in zip(records, calls):
@@ -142,18 +138,36 @@ def judge_cell(cell, calls, reference) -> None:
             name = label(ex, spec, case)
             problem = judge_record(spec, rec, messages)
             notes += [n for n in rec.get("notes") or [] if isinstance(n, str)]
+            first = idx if first is None else first
             if problem is None:
-                verdicts[idx] = _stream(f"✓ {name}\n")
+                lines.append(f"✓ {name}")
             else:
-                verdicts[idx] = _stream(f"✗ {name}\n")
+                lines.append(f"✗ {name}")
+                lines += _wrap(problem, indent="    ")
                 failures.append(("GradingError", f"{name}: {problem}"))
+    # one readable block of verdicts where the first record was; the records themselves are dropped
+    verdicts = {first: _stream("\n".join(lines) + "\n")} if lines else {}
     cell.outputs = [verdicts.get(i, o) for i, o in enumerate(outputs) if o is not None or i in verdicts]
     if notes:
         cell.outputs.append(_stream("(tampering suspected: " + "; ".join(dict.fromkeys(notes)) + ")\n"))
     failures = [(e, m) for e, m in failures if e]
     if failures and not errored:
-        ename = TAMPERING if any(e == TAMPERING for e, _ in failures) else "GradingError"
-        cell.outputs.append(_error(ename, "\n".join(m for _, m in failures)))
+        tampering = any(e == TAMPERING for e, _ in failures)
+        ename = TAMPERING if tampering else "GradingError"
+        message = "\n".join(m for _, m in failures)
+        if tampering:   # no verdict lines above: the reason is the traceback
+            shown = [f"{ename}:"] + [w for m in message.split("\n") for w in _wrap(m)]
+        else:           # the reasons are in the verdict lines above
+            n_bad = sum(1 for e, _ in failures if e == "GradingError")
+            shown = [f"{ename}: {n_bad} of {len(calls)} checks in this cell failed (the reasons are above)"]
+        cell.outputs.append(NotebookNode(output_type="error", ename=ename, evalue=message, traceback=shown))
+
+
+def _wrap(text: str, indent: str = "", width: int = 100) -> list[str]:
+    """Feedback lines that fit a page: nbgrader's HTML shows outputs unwrapped."""
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
 
 
 def _binding_problem(calls, got) -> str:
