@@ -10,7 +10,7 @@ submission, so an exercise without a k-th entry would be graded as a blank stub.
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
 
 # ---------------------------------------------------------------- softmax (NumPy)
 # Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s02_qkv_by_hand.py puts it
@@ -156,18 +156,18 @@ SDPA = Exercise(
     reference=SDPA_REF,
     mistakes=[
         Mistake("no_scale", "the scores are not divided by √d_k; divide Q @ Kᵀ by math.sqrt(d_k).",
-                SDPA_REF.replace(" / math.sqrt(d_k)", "")),
+                patch(SDPA_REF, " / math.sqrt(d_k)", "")),
         Mistake("softmax_axis", "the softmax runs over the wrong axis: each row (one query, all keys) must sum "
-                "to 1, so use dim=-1.", SDPA_REF.replace("dim=-1", "dim=-2")),
+                "to 1, so use dim=-1.", patch(SDPA_REF, "dim=-1", "dim=-2")),
         Mistake("scale_dk", "the scores are divided by d_k instead of √d_k.",
-                SDPA_REF.replace("math.sqrt(d_k)", "d_k")),
+                patch(SDPA_REF, "math.sqrt(d_k)", "d_k")),
         Mistake("mask_inverted", "the mask is inverted: True/1 means 'may attend', so block the positions where "
                 "the mask is False/0 (masked_fill(mask == 0, ...)).",
-                SDPA_REF.replace("~mask.bool()", "mask.bool()")),
+                patch(SDPA_REF, "~mask.bool()", "mask.bool()")),
         Mistake("small_fill", "blocked scores are filled with a small finite number (like -1e3), which can be "
                 "larger than real scores and leaks weight; fill with float('-inf') (or a very large "
                 "negative number such as torch.finfo(dtype).min).",
-                SDPA_REF.replace('float("-inf")', "-1e3")),
+                patch(SDPA_REF, 'float("-inf")', "-1e3")),
     ],
     variants=[
         Variant("einsum_where", '''
@@ -247,14 +247,14 @@ SELF_ATTENTION = Exercise(
     reference=SA_REF,
     mistakes=[
         Mistake("no_scale", "the scores are not divided by √d_k; divide Q @ Kᵀ by math.sqrt(self.d_k).",
-                SA_REF.replace(" / math.sqrt(self.d_k)", "")),
+                patch(SA_REF, " / math.sqrt(self.d_k)", "")),
         Mistake("scale_d_model", "the scores are divided by √d_model; the scale is √d_k, the size of the "
-                "query/key vectors.", SA_REF.replace("self.d_k = d_k", "self.d_k = d_model")),
+                "query/key vectors.", patch(SA_REF, "self.d_k = d_k", "self.d_k = d_model")),
         Mistake("values_from_K", "the weights multiply K instead of V; the output is weights @ V.",
-                SA_REF.replace("return weights @ V", "return weights @ K")),
+                patch(SA_REF, "return weights @ V", "return weights @ K")),
         Mistake("softmax_axis", "the softmax runs over the wrong axis: each query's row must sum to 1 (dim=-1).",
-                SA_REF.replace("dim=-1", "dim=-2")),
-        Mistake("fixed_device", "a tensor is created on a fixed device.", SA_REF.replace(
+                patch(SA_REF, "dim=-1", "dim=-2")),
+        Mistake("fixed_device", "a tensor is created on a fixed device.", patch(SA_REF, 
             "        if mask is not None:\n",
             "        if mask is None:\n            mask = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool)\n"
             "        if mask is not None:\n"), shows="created on a fixed device"),

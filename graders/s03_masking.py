@@ -12,7 +12,7 @@ injects the k-th entry of every exercise into one submission).
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
 
 # ---------------------------------------------------------------- causal_mask
 # Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s03_masking.py puts it there);
@@ -83,16 +83,16 @@ PADDING = Exercise(
     name="padding_mask", cell="padding_mask", reference=PAD_REF,
     mistakes=[
         Mistake("inverted", "the mask is inverted: True must mark the real tokens, False the padding.",
-                PAD_REF.replace("positions[None, :] < lengths", "positions[None, :] >= lengths")),
+                patch(PAD_REF, "positions[None, :] < lengths", "positions[None, :] >= lengths")),
         Mistake("one_pad_too_many", "one padding position per row is marked real: position p is real when "
-                "p < length (strictly).", PAD_REF.replace("<", "<=")),
+                "p < length (strictly).", patch(PAD_REF, "<", "<=")),
         Mistake("last_token_lost", "the last real token of each row is marked as padding: positions start at 0, "
-                "so p is real when p < length.", PAD_REF.replace("torch.arange(max_len,", "torch.arange(1, max_len + 1,")),
+                "so p is real when p < length.", patch(PAD_REF, "torch.arange(max_len,", "torch.arange(1, max_len + 1,")),
         Mistake("left_padding", "the mask assumes padding on the left; the course pads on the right (real tokens "
-                "first).", PAD_REF.replace("positions[None, :] < lengths[:, None]",
+                "first).", patch(PAD_REF, "positions[None, :] < lengths[:, None]",
                                            "positions[None, :] >= max_len - lengths[:, None]")),
         Mistake("fixed_device", "the positions are created on a fixed device.",
-                PAD_REF.replace("torch.arange(max_len, device=lengths.device)", "torch.arange(max_len)"),
+                patch(PAD_REF, "torch.arange(max_len, device=lengths.device)", "torch.arange(max_len)"),
                 shows="created on a fixed device"),
     ],
     variants=[
@@ -132,15 +132,15 @@ COMBINED = Exercise(
     name="combined_mask", cell="combined_mask", reference=COMBINED_REF,
     mistakes=[
         Mistake("or", "the two masks were combined with OR; a key must be allowed by BOTH (use &).",
-                COMBINED_REF.replace("causal[None, :, :] & real", "causal[None, :, :] | real")),
+                patch(COMBINED_REF, "causal[None, :, :] & real", "causal[None, :, :] | real")),
         Mistake("no_padding", "the padding keys are not blocked: also require key j < length (the padding mask).",
-                COMBINED_REF.replace("causal[None, :, :] & real[:, None, :]",
+                patch(COMBINED_REF, "causal[None, :, :] & real[:, None, :]",
                                      "causal[None, :, :].expand(lengths.shape[0], T, T)")),
         Mistake("no_causal", "future keys are not blocked: also require key j <= query i (the causal mask).",
-                COMBINED_REF.replace("causal[None, :, :] & real[:, None, :]",
+                patch(COMBINED_REF, "causal[None, :, :] & real[:, None, :]",
                                      "real[:, None, :].expand(lengths.shape[0], T, T)")),
         Mistake("padding_on_queries", "the padding mask was applied to the query axis; it blocks KEYS (the last "
-                "axis): real[:, None, :].", COMBINED_REF.replace("real[:, None, :]", "real[:, :, None]")),
+                "axis): real[:, None, :].", patch(COMBINED_REF, "real[:, None, :]", "real[:, :, None]")),
         Mistake("fixed_device", "the causal part is created on a fixed device.", '''
 def combined_mask(lengths, T):
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -203,10 +203,10 @@ MSM = Exercise(
     name="masked_softmax", cell="masked_softmax", reference=MSM_REF,
     mistakes=[
         Mistake("fill_zero", "blocked scores were set to 0 (or to a value not far below the real scores), so "
-                "they still get weight; set them to -inf before the softmax.", MSM_REF.replace('float("-inf")', "0.0")),
+                "they still get weight; set them to -inf before the softmax.", patch(MSM_REF, 'float("-inf")', "0.0")),
         Mistake("small_fill", "blocked scores were filled with a small finite number (like -1e3) that can be "
                 "larger than real scores, so weight leaks; use -inf (or torch.finfo(dtype).min).",
-                MSM_REF.replace('float("-inf")', "-1e3")),
+                patch(MSM_REF, 'float("-inf")', "-1e3")),
         Mistake("after_softmax", "the mask was applied after the softmax, so allowed weights no longer sum to 1; "
                 "block the scores before the softmax.", '''
 def masked_softmax(scores, mask):

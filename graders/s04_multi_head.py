@@ -1,7 +1,7 @@
 """Hidden cases for section 04: multi-head attention."""
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
 
 # The solution cell of the notebook, exactly (tools/authoring/s04_multi_head.py puts it there).
 MHA_REF = '''
@@ -35,8 +35,7 @@ class MultiHeadAttention(nn.Module):
 
 
 def _mistake(old, new):
-    assert old in MHA_REF, old
-    return MHA_REF.replace(old, new)
+    return patch(MHA_REF, old, new)
 
 
 MHA_MISTAKES = [

@@ -1,7 +1,7 @@
 """Hidden cases for section 05: sinusoidal positional encoding and rotary embeddings (RoPE)."""
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
 
 PE_REF = '''
 def positional_encoding(T, d_model):
@@ -19,8 +19,7 @@ def positional_encoding(T, d_model):
 
 
 def _pe(old, new):
-    assert old in PE_REF, old
-    return PE_REF.replace(old, new)
+    return patch(PE_REF, old, new)
 
 
 PE = Exercise(
@@ -91,8 +90,7 @@ def apply_rope(x):
 
 
 def _rope(old, new):
-    assert old in ROPE_REF, old
-    return ROPE_REF.replace(old, new)
+    return patch(ROPE_REF, old, new)
 
 
 ROPE = Exercise(
@@ -102,9 +100,9 @@ ROPE = Exercise(
     mistakes=[
         Mistake("rotate_half", "features i and i + d/2 are rotated together (the 'rotate-half' layout some "
                 "libraries use); this contract rotates interleaved pairs (2i, 2i+1).",
-                _rope("a, b = x[..., 0::2], x[..., 1::2]", "a, b = x[..., : d // 2], x[..., d // 2:]")
-                .replace("torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)",
-                         "torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)")),
+                patch(ROPE_REF, "a, b = x[..., 0::2], x[..., 1::2]", "a, b = x[..., : d // 2], x[..., d // 2:]",
+                      "torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)",
+                      "torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)")),
         Mistake("exponent_i", "the frequencies use the pair index i instead of 2i: θ_i = 10000^(-2i/d), so the "
                 "exponents are 0, -2/d, -4/d, ...",
                 _rope("torch.arange(0, d, 2, device=x.device, dtype=work) / d",

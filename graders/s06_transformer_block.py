@@ -4,7 +4,7 @@ import re
 import torch
 
 from .s04_multi_head import _causal, _padding
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
 
 # The notebook's locked cell with a multi-head attention module for the block exercise: section 04's
 # contract (same constructor, submodules qkv/out, n_heads/d_k, masks, output), built another way so that
@@ -29,11 +29,6 @@ class MultiHeadAttention(nn.Module):
 '''.strip("\n")
 
 
-def _replace(ref, old, new):
-    assert old in ref, old
-    return ref.replace(old, new)
-
-
 # ---------------------------------------------------------------- layer_norm
 LN_REF = '''
 def layer_norm(x, eps=1e-5):
@@ -52,20 +47,20 @@ LN = Exercise(
     mistakes=[
         Mistake("unbiased", "the variance is the unbiased one (divided by D − 1); LayerNorm divides by D: "
                 "x.var(dim=-1, unbiased=False) or the mean of the squared gaps.",
-                _replace(LN_REF, "((x - mean) ** 2).mean(dim=-1, keepdim=True)", "x.var(dim=-1, keepdim=True)")),
+                patch(LN_REF, "((x - mean) ** 2).mean(dim=-1, keepdim=True)", "x.var(dim=-1, keepdim=True)")),
         Mistake("eps_outside", "ε is added after the square root; it belongs inside: sqrt(var + eps). The difference "
                 "shows on inputs whose variance is tiny.",
-                _replace(LN_REF, "torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")),
+                patch(LN_REF, "torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")),
         Mistake("wrong_dim", "the statistics are taken over the wrong axis: each token (the last dimension) is "
                 "normalised on its own, so use dim=-1.",
-                LN_REF.replace("dim=-1", "dim=0")),
+                patch(LN_REF, "dim=-1", "dim=0")),
         Mistake("no_center", "the mean is not subtracted from x in the output: return (x - mean) / sqrt(var + eps).",
-                _replace(LN_REF, "return (x - mean) /", "return x /")),
+                patch(LN_REF, "return (x - mean) /", "return x /")),
         Mistake("fixed_eps", "the eps argument is ignored (a fixed 1e-5 is used): use the eps that is passed in.",
-                _replace(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var + 1e-5)")),
+                patch(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var + 1e-5)")),
         Mistake("no_eps", "ε is missing: divide by sqrt(var + eps), which also keeps a constant row from "
                 "dividing 0 by 0.",
-                _replace(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var)")),
+                patch(LN_REF, "torch.sqrt(var + eps)", "torch.sqrt(var)")),
     ],
     variants=[
         Variant("torch_var", '''
@@ -124,7 +119,7 @@ class TransformerBlock(nn.Module):
 def _block(*pairs):
     code = BLOCK_REF
     for old, new in pairs:
-        code = _replace(code, old, new)
+        code = patch(code, old, new)
     return code
 
 
@@ -265,22 +260,22 @@ CROSS = Exercise(
     mistakes=[
         Mistake("roles_swapped", "the roles are swapped: the queries come from the decoder (x_dec @ W_q), the keys "
                 "and values from the encoder.",
-                _replace(_replace(_replace(CROSS_REF, "Q = x_dec @ W_q", "Q = x_enc @ W_q"),
+                patch(patch(patch(CROSS_REF, "Q = x_dec @ W_q", "Q = x_enc @ W_q"),
                                   "K = x_enc @ W_k", "K = x_dec @ W_k"), "V = x_enc @ W_v", "V = x_dec @ W_v")),
         Mistake("keys_from_decoder", "the keys come from the decoder: in cross-attention both keys and values come "
                 "from the encoder's output (x_enc @ W_k, x_enc @ W_v).",
-                _replace(CROSS_REF, "K = x_enc @ W_k", "K = x_dec @ W_k")),
+                patch(CROSS_REF, "K = x_enc @ W_k", "K = x_dec @ W_k")),
         Mistake("values_from_decoder", "the values come from the decoder: the decoder reads the encoder's "
                 "information, so V = x_enc @ W_v.",
-                _replace(CROSS_REF, "V = x_enc @ W_v", "V = x_dec @ W_v")),
+                patch(CROSS_REF, "V = x_enc @ W_v", "V = x_dec @ W_v")),
         Mistake("no_scale", "the scores are not divided by √d_k.",
-                _replace(CROSS_REF, " / math.sqrt(K.shape[-1])", "")),
+                patch(CROSS_REF, " / math.sqrt(K.shape[-1])", "")),
         Mistake("softmax_axis", "the softmax runs over the decoder axis: each query's weights over the encoder "
                 "tokens (the last axis) must sum to 1.",
-                _replace(CROSS_REF, "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")),
+                patch(CROSS_REF, "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")),
         Mistake("mask_ignored", "the mask is ignored: padded encoder tokens must get weight 0 "
                 "(masked_fill(mask == 0, -inf) before the softmax).",
-                _replace(CROSS_REF, "    if mask is not None:\n", "    if False:\n")),
+                patch(CROSS_REF, "    if mask is not None:\n", "    if False:\n")),
     ],
     variants=[Variant("einsum", '''
 def cross_attention(x_dec, x_enc, W_q, W_k, W_v, mask=None):

@@ -17,7 +17,7 @@ the student never sees, and random softmaxed tensors of other sizes).
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
 
 # Sentences the student never sees in the notebook.
 HIDDEN_A = "The trophy didn't fit into the suitcase because it was too big."
@@ -175,10 +175,10 @@ def strongest_head(attn, tokens, query, key):
     ### END SOLUTION
 '''
 
-SH_ONE_INDEXED = SH_REF.replace("return layer, head, float(w[layer, head])",
+SH_ONE_INDEXED = patch(SH_REF, "return layer, head, float(w[layer, head])",
                                 "return layer + 1, head + 1, float(w[layer, head])   # 1-indexed, like the paper")
 
-SH_COLUMN = SH_REF.replace("w = attn[:, :, i, j]", "w = attn[:, :, j, i]")
+SH_COLUMN = patch(SH_REF, "w = attn[:, :, i, j]", "w = attn[:, :, j, i]")
 
 SH_HEAD_MEAN = '''
 def strongest_head(attn, tokens, query, key):
@@ -189,7 +189,7 @@ def strongest_head(attn, tokens, query, key):
     return layer, head, float(per_layer[layer])
 '''
 
-SH_LAST = SH_REF.replace("i, j = tokens.index(query), tokens.index(key)    # first occurrences",
+SH_LAST = patch(SH_REF, "i, j = tokens.index(query), tokens.index(key)    # first occurrences",
                          "i = len(tokens) - 1 - tokens[::-1].index(query)   # last occurrence\n"
                          "    j = len(tokens) - 1 - tokens[::-1].index(key)")
 
@@ -284,18 +284,18 @@ def special_token_share(attn, tokens):
 
 STS_REF = "\nimport string\n" + STS_CELL
 
-STS_ROWS = STS_REF.replace("to_group = attn[:, :, :, cols].sum(dim=-1)", "to_group = attn[:, :, cols, :].sum(dim=-2)")
+STS_ROWS = patch(STS_REF, "to_group = attn[:, :, :, cols].sum(dim=-1)", "to_group = attn[:, :, cols, :].sum(dim=-2)")
 
-STS_MEAN_KEYS = STS_REF.replace("to_group = attn[:, :, :, cols].sum(dim=-1)",
+STS_MEAN_KEYS = patch(STS_REF, "to_group = attn[:, :, :, cols].sum(dim=-1)",
                                 "to_group = attn[:, :, :, cols].mean(dim=-1)")
 
-STS_ANY_PUNCT = STS_REF.replace("all(c in string.punctuation for c in tok)",
+STS_ANY_PUNCT = patch(STS_REF, "all(c in string.punctuation for c in tok)",
                                 "any(c in string.punctuation for c in tok)")
 
-STS_FIRST_SEP = STS_REF.replace('"[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],',
+STS_FIRST_SEP = patch(STS_REF, '"[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],',
                                 '"[SEP]": [tokens.index("[SEP]")],')
 
-STS_SOFTMAX = STS_REF.replace("    shares = {}\n", "    attn = attn.softmax(dim=-1)\n    shares = {}\n")
+STS_SOFTMAX = patch(STS_REF, "    shares = {}\n", "    attn = attn.softmax(dim=-1)\n    shares = {}\n")
 
 STS_MASKS = '''
 import string

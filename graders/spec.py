@@ -29,6 +29,23 @@ PRELUDE = (
 )
 
 
+def patch(reference: str, *pairs: str) -> str:
+    """``reference`` with each ``old`` replaced by ``new`` (``patch(ref, old, new, old2, new2, ...)``).
+
+    The one way every section writes a known mistake or a variant from its reference code: each
+    ``old`` must occur in the code as patched so far, so a mistake can never silently equal the
+    reference after the reference is edited.
+    """
+    if len(pairs) % 2:
+        raise ValueError("patch(reference, old, new, ...) takes (old, new) pairs")
+    code = reference
+    for old, new in zip(pairs[::2], pairs[1::2]):
+        if old not in code:
+            raise ValueError(f"patch: {old!r} does not occur in the code")
+        code = code.replace(old, new)
+    return code
+
+
 @dataclass
 class Mistake:
     """A known-wrong implementation: ``code`` defines the contract name(s) with one bug."""
@@ -102,6 +119,11 @@ class Exercise:
     variants: list = field(default_factory=list)
     given: str = ""
     context: Callable[[], dict] | None = None
+    # Name of a function in ``given`` that the hidden cells wrap the answer in,
+    # ``GRADER.check(ex, case, wrap(answer))``: the build and the tests grade ``wrap(answer)`` too.
+    # For answers that a single call on stored inputs cannot show (a training step's effect on a
+    # fresh model over several steps, sampling with a seeded generator).
+    wrap: str | None = None
 
 
 @dataclass
