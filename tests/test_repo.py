@@ -68,6 +68,20 @@ def test_reference_data_in_sync_with_spec(section):
             f"{key} differs: run python -m graders.build")
 
 
+@pytest.mark.parametrize("section", params(with_grader()))
+def test_every_hidden_case_is_called_and_every_call_has_a_case(section):
+    """The source notebook's hidden cells and the grader's stored cases name the same checks, once each."""
+    from attncourse.calls import check_calls
+
+    stored = torch.load(ROOT / "graders" / "data" / f"{section}.pt", weights_only=True)["cases"]
+    src = read_nb(ROOT / "source" / section / f"{section}.ipynb")
+    calls = [f"{ex}:{case}" for c in src.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")
+             for ex, case in check_calls(c.source)]
+    assert not [c for c in calls if c not in stored], "GRADER.check calls without a stored case"
+    assert not [k for k in stored if k not in calls], "stored cases that no hidden cell calls"
+    assert len(calls) == len(set(calls)), "a case is checked twice"
+
+
 def test_student_package_has_no_solutions_or_reference_data():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert re.search(r'packages\s*=\s*\["attncourse"\]', pyproject), "only attncourse may be installed"
