@@ -30,7 +30,7 @@ CHECK_MD = ("## Check my work\n\n"
             "**Save the notebook first** (Ctrl+S / ⌘S): the check grades the saved file with the hidden tests, "
             "offline, in a temporary copy, and prints the points per exercise and what to fix. "
             "From a shell: `./course check {num}`.")
-CHECK_CODE = 'from attncourse.selfcheck import check\ncheck("{section}")'
+CHECK_CODE = 'from attncourse.selfcheck import check\ncheck("{section}");   # the ; keeps the returned details from printing twice'
 
 
 def selfstudy_notebook(release_nb, section: str):
