@@ -1,8 +1,12 @@
 """Autograde every submission of a section and print a per-student report.
 
-    ./course grade 02_qkv_by_hand [--timeout 60] [--json report.json] [--root DIR]
+    ./course grade 02_qkv_by_hand [04 ...|all] [--workers N] [--scheduler tcp://HOST:8786] [--force]
+                   [--feedback] [--timeout 60] [--json report.json] [--root DIR] [--serial]
 
-Runs ``nbgrader autograde <section> --create --force`` once for the whole batch
+The command grades in parallel on Dask (tools/classgrade.py: one task per new or
+changed submission, one writer into the gradebook).  :func:`grade` below is the
+serial path (``--serial``, and the test suite's corpus batches): it runs
+``nbgrader autograde <section> --create --force`` once for the whole batch
 (submissions live in ``submitted/<student>/<section>/``), re-runs alone any
 submission that nbgrader could not grade to learn why, then prints for every
 student: the total score, each test cell that lost points with the first line of
@@ -293,25 +297,74 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def resolve_sections(names, root: Path = ROOT) -> list:
+    """Section names from the command line: full names, NN prefixes, or ``all`` (every section with submissions)."""
+    from attncourse.course import SECTIONS
+
+    out = []
+    for name in names:
+        if name == "all":
+            sub = Path(root) / "submitted"
+            have = {p.name for st in sub.iterdir() if st.is_dir() for p in st.iterdir()} if sub.is_dir() else set()
+            out += [s for s in SECTIONS if s in have]
+            continue
+        if name in SECTIONS:
+            out.append(name)
+            continue
+        match = [s for s in SECTIONS if s.startswith(name.zfill(2) if name.isdigit() else name)]
+        if len(match) != 1:
+            raise SystemExit(f"./course grade: unknown section {name!r}; one of {', '.join(SECTIONS)} or all")
+        out.append(match[0])
+    return list(dict.fromkeys(out))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="./course grade", description=__doc__.split("\n")[0])
-    ap.add_argument("section")
+    ap.add_argument("sections", nargs="+", metavar="SECTION", help="NN, NN_name, or all")
     ap.add_argument("--root", default=str(ROOT), help="course folder (default: this one)")
     ap.add_argument("--timeout", type=int, default=None, help="per-cell timeout in seconds (default: config)")
     ap.add_argument("--student", action="append", help="only these students")
-    ap.add_argument("--json", help="also write the report as JSON here")
+    ap.add_argument("--json", help="also write the report as JSON here (one section: its report; several: by section)")
+    ap.add_argument("--workers", type=int, default=None, help="local Dask worker processes (default: one per core)")
+    ap.add_argument("--scheduler", default=None,
+                    help="use a running Dask cluster, e.g. tcp://HOST:8786 (default: $ATTNCOURSE_DASK_SCHEDULER)")
+    ap.add_argument("--force", action="store_true", help="regrade every submission, changed or not")
+    ap.add_argument("--regrade", action="store_true",
+                    help="regrade the named sections for everyone (same as --force; changed tests are also "
+                         "detected by themselves)")
+    ap.add_argument("--feedback", action="store_true", help="also write feedback/<student>/<section>/ HTML, in parallel")
+    ap.add_argument("--task-timeout", type=float, default=None, help="seconds one submission may take in all (900)")
+    ap.add_argument("--serial", action="store_true",
+                    help="the old path: one plain `nbgrader autograde` batch per section, no Dask")
     args = ap.parse_args(argv)
-    from attncourse.course import SECTIONS
+    root = Path(args.root)
+    sections = resolve_sections(args.sections, root)
+    if not sections:
+        print("./course grade: no submissions under submitted/ for " + " ".join(args.sections), file=sys.stderr)
+        return 2
+    from tools.classgrade import DEFAULT_TASK_TIMEOUT, CourseError, check_section, course_db, grade_class
 
-    section = args.section
-    if section not in SECTIONS:
-        match = [s for s in SECTIONS if s.startswith(section)]
-        if len(match) != 1:
-            ap.error(f"unknown section {section!r}; one of {', '.join(SECTIONS)}")
-        section = match[0]
-    report = grade(section, Path(args.root), args.timeout, args.student)
+    try:
+        db_url, course_id = course_db(root)
+        for section in sections:
+            check_section(root, section, db_url, course_id)
+        if args.serial:
+            reports = {sec: grade(sec, root, args.timeout, args.student) for sec in sections}
+        else:
+            reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,
+                                  force=args.force or args.regrade, timeout=args.timeout,
+                                  task_timeout=args.task_timeout or DEFAULT_TASK_TIMEOUT, students=args.student,
+                                  feedback=args.feedback)
+            for sec in sections:
+                print(format_report(reports[sec]))
+                now = len(reports[sec].get("graded_now", []))
+                print(f"({now} graded now, {len(reports[sec]['students']) - now} unchanged since the last run)\n")
+    except CourseError as exc:
+        print(f"./course grade: {exc}", file=sys.stderr)
+        return 2
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+        out = reports[sections[0]] if len(sections) == 1 else reports
+        Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
 
 

@@ -1,0 +1,282 @@
+"""Grading a class on Dask (tools/classgrade.py, `./course grade`) into one gradebook.
+
+One small class of section 02 (slim notebooks: a correct one, a known mistake, a
+kernel that dies, a notebook that is not JSON, a late one) is graded twice: by plain serial ``nbgrader autograde`` and by
+``./course grade``'s Dask engine with two workers (plus one student whose worker
+dies).  Every assertion below reads those two runs; only the PostgreSQL test and
+the incremental re-run grade again (a few notebooks each).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, slim, with_cells
+
+pytestmark = pytest.mark.xdist_group("classgrade")
+SECTION = CORPUS_SECTION
+
+
+def _class(course: Course):
+    """The same submissions in any course folder."""
+    from corpus import f_kernel_dies
+    from corpus._base import WRONG
+
+    src = slim(course.source_nb(SECTION))
+    subs = {"good": src, "wrong": with_cells(src, {CORPUS_CELL: WRONG}),
+            "dies": with_cells(src, {CORPUS_CELL: f_kernel_dies.SDPA}),
+            "late": with_cells(src, {CORPUS_CELL: WRONG}), "notjson": "{ not json"}
+    for student, nb in subs.items():
+        course.submit(student, SECTION, nb)
+    (course.root / "submitted" / "late" / SECTION / "timestamp.txt").write_text("2026-12-05 12:00:00.000000 UTC")
+    return subs
+
+
+def _set_duedate(course: Course):
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}") as gb:
+        gb.update_or_create_assignment(SECTION, duedate="2026-12-01 00:00:00 UTC")
+
+
+def _snapshot(db_url: str, section: str = SECTION) -> dict:
+    """Everything autograde stores per submission: timestamps, per-cell scores, flags, comments, penalties."""
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(db_url) as gb:
+        for sub in gb.find_assignment(section).submissions:
+            nbs = {}
+            for nb in sub.notebooks:
+                nbs[nb.name] = {
+                    "grades": {g.name: (g.auto_score, g.max_score, g.needs_manual_grade) for g in nb.grades},
+                    "comments": {c.name: c.auto_comment for c in nb.comments},
+                    "late": nb.late_submission_penalty}
+            out[sub.student.id] = {"timestamp": str(sub.timestamp), "score": sub.score, "notebooks": nbs}
+    return out
+
+
+@pytest.fixture(scope="module")
+def client():
+    """One local Dask cluster (2 worker processes) for the module's grading runs."""
+    from tools.classgrade import cluster
+
+    with cluster(workers=2, log=lambda *a: None) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, client):
+    """(serial course, dask course, dask report): the class graded both ways."""
+    from tools.classgrade import grade_class
+
+    tmp = tmp_path_factory.mktemp("classgrade")
+    serial = Course(tmp / "serial", [SECTION])
+    serial.generate(SECTION)
+    _set_duedate(serial)
+    _class(serial)
+    serial.autograde(SECTION, check=False)
+
+    par = Course(tmp / "dask", [SECTION])
+    par.generate(SECTION)
+    _set_duedate(par)
+    _class(par)
+    par.submit("worker_dies", SECTION, slim(par.source_nb(SECTION)))
+    reports = grade_class(par.root, [SECTION], client=client, feedback=True, log=lambda *a: None,
+                          extra_env={"ATTNCOURSE_CLASSGRADE_DIE_FOR": "worker_dies"})
+    return serial, par, reports[SECTION]
+
+
+def test_dask_gradebook_matches_plain_nbgrader_autograde(runs):
+    serial, par, report = runs
+    a = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
+    b = _snapshot(f"sqlite:///{par.root / 'gradebook.db'}")
+    b.pop("worker_dies", None)
+    assert set(a) == {"good", "wrong", "dies", "late", "notjson"}, set(a)
+    assert a == b
+    assert a["good"]["score"] == report["students"]["good"]["max_score"] > 0
+    assert 0 < a["wrong"]["score"] < a["good"]["score"]
+    # the same autograded notebooks on disk (what formgrader and generate_feedback read)
+    for s in ("good", "wrong", "late"):
+        pa = serial.root / "autograded" / s / SECTION / f"{SECTION}.ipynb"
+        pb = par.root / "autograded" / s / SECTION / f"{SECTION}.ipynb"
+        assert pa.is_file() and pb.is_file(), s
+        assert serial.messages(SECTION, s) == par.messages(SECTION, s), s
+
+
+def test_report_names_faults_and_mistakes(runs):
+    _, _, report = runs
+    st = report["students"]
+    assert st["good"]["score"] == st["good"]["max_score"] and not st["good"]["reasons"], st["good"]
+    assert any("Most likely cause" in t for _, t in st["wrong"]["failures"])
+    assert any("kernel died" in r for r in st["dies"]["reasons"]), st["dies"]
+    assert any("not valid JSON" in r for r in st["notjson"]["reasons"]), st["notjson"]
+    assert st["worker_dies"]["reasons"] == ["grading failed: worker died"], st["worker_dies"]
+    assert report["engine"] == "dask"
+    from tools.grade import format_report
+
+    assert "grading failed: worker died" in format_report(report)
+
+
+def test_feedback_and_export_work_after_dask_grading(runs):
+    _, par, _ = runs
+    html = (par.root / "feedback" / "wrong" / SECTION / f"{SECTION}.html").read_text()
+    assert "Most likely cause" in html
+    par.nbgrader("generate_feedback", SECTION, "--student=good", "--force")
+    assert (par.root / "feedback" / "good" / SECTION / f"{SECTION}.html").is_file()
+    par.nbgrader("export", "--to", str(par.root / "grades.csv"))
+    rows = (par.root / "grades.csv").read_text().splitlines()
+    assert any(r.startswith(f"{SECTION},") and ",good," in r for r in rows), rows[:3]
+
+
+def test_class_report(runs):
+    """./course report: HTML with PNG plots and CSVs: scores, pass rates, named mistakes, faults."""
+    import csv
+
+    from tools.report import write_report
+
+    _, par, _ = runs
+    index = write_report(par.root, SECTION)
+    out = index.parent
+    page = index.read_text()
+    for name in ("scores.png", "exercises.png", "checks.png", "mistakes.png"):
+        assert (out / name).stat().st_size > 1000 and name in page, name
+    with (out / "mistakes.csv").open() as f:
+        mistakes = list(csv.DictReader(f))
+    top = mistakes[0]
+    assert "not divided by" in top["most_likely_cause"] and top["student_ids"].split() == ["late", "wrong"], mistakes
+    with (out / "faults.csv").open() as f:
+        faults = {(r["student"], r["fault"].split(" (")[0]) for r in csv.DictReader(f)}
+    assert ("worker_dies", "grading failed: worker died") in faults
+    assert ("notjson", "notebook is not valid JSON") in faults
+    assert any(s == "dies" and f.startswith("kernel died") for s, f in faults), faults
+    with (out / "cells.csv").open() as f:
+        cells = list(csv.DictReader(f))
+    assert {r["student"] for r in cells} >= {"good", "wrong", "late"}
+    with (out / "checks.csv").open() as f:
+        checks = {r["check"]: r for r in csv.DictReader(f)}
+    assert any(k.startswith("scaled_dot_product_attention (") and float(v["pass_rate"]) < 1 for k, v in checks.items())
+
+
+def test_grade_before_generate_says_what_to_run(tmp_path):
+    course = Course(tmp_path / "c", [SECTION])
+    course.submit("a", SECTION, "{}")
+    proc = subprocess.run([sys.executable, "-m", "tools.grade", "02", "--root", str(course.root)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert f"nbgrader generate_assignment {SECTION}" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "tools.grade", "42_nope", "--root", str(course.root)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "unknown section" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _pg_bin():
+    for d in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True) if Path("/usr/lib/postgresql").is_dir() \
+            else []:
+        if (d / "initdb").is_file():
+            return d
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+@pytest.fixture
+def postgres():
+    """A throw-away PostgreSQL server on a unix socket (initdb in a temp folder), as an unprivileged user."""
+    import tempfile
+
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql; .ci/run does it)")
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        pytest.skip("psycopg2 is not installed (requirements.txt pins psycopg2-binary)")
+    base = Path(tempfile.mkdtemp(prefix="attncourse-pg-"))
+    prefix = []
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            user = pwd.getpwnam("nobody")
+        except KeyError:
+            pytest.skip("running as root and there is no 'nobody' user to run PostgreSQL as")
+        runuser = shutil.which("runuser")
+        if not runuser:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as an unprivileged user")
+        os.chmod(base, 0o755)
+        os.chown(base, user.pw_uid, user.pw_gid)
+        prefix = [runuser, "-u", "nobody", "--"]
+    data, sock = base / "data", base
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    r = subprocess.run(prefix + [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                                 "-E", "UTF8", "--no-sync"], capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0:
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"initdb failed here: {r.stderr.strip()[-300:]}")
+    r = subprocess.run(prefix + [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(base / "log"), "-w", "-t", "60",
+                                 "-o", f"-k {sock} -c listen_addresses='' -c fsync=off", "start"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    if r.returncode != 0:
+        log = (base / "log").read_text() if (base / "log").exists() else ""
+        shutil.rmtree(base, ignore_errors=True)
+        pytest.skip(f"PostgreSQL did not start here: {r.stderr.strip()[-200:]} {log[-300:]}")
+    try:
+        subprocess.run(prefix + [str(bindir / "createdb"), "-h", str(sock), "-U", "postgres", "gradebook"],
+                       check=True, capture_output=True, env=env, timeout=60)
+        yield f"postgresql+psycopg2://postgres@/gradebook?host={sock}"
+    finally:
+        subprocess.run(prefix + [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, env=env, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_postgresql_gradebook(postgres, runs, client, tmp_path):
+    """CourseDirectory.db_url on a real PostgreSQL server: the same scores as the SQLite gradebook."""
+    from tools.classgrade import grade_class
+
+    serial, _, _ = runs
+    course = Course(tmp_path / "pg", [SECTION])
+    cfg = course.root / "nbgrader_config.py"
+    cfg.write_text(cfg.read_text() + f"\nc.CourseDirectory.db_url = {postgres!r}\n")
+    course.generate(SECTION)
+    assert not (course.root / "gradebook.db").exists()
+    src = slim(course.source_nb(SECTION))
+    from corpus._base import WRONG
+
+    course.submit("good", SECTION, src)
+    course.submit("wrong", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    report = grade_class(course.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
+    assert report["students"]["good"]["score"] == report["students"]["good"]["max_score"] > 0
+    got = _snapshot(postgres)
+    want = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
+    for s in ("good", "wrong"):
+        assert got[s]["notebooks"] == want[s]["notebooks"], s
+    assert not (course.root / "gradebook.db").exists()
+
+
+def test_rerun_grades_only_new_or_changed_submissions(runs, client):
+    """Incremental (runs last on the Dask course): unchanged -> skipped; failed or changed -> graded again."""
+    from corpus._base import CORRECT
+    from tools.classgrade import grade_class
+
+    serial, par, first = runs
+    assert sorted(first["graded_now"]) == sorted(first["students"])
+    again = grade_class(par.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
+    # the one whose worker died is not in the gradebook: it is graded again, now normally
+    assert again["graded_now"] == ["worker_dies"], again["graded_now"]
+    assert again["students"]["worker_dies"]["score"] == again["students"]["good"]["score"] > 0
+    assert again["students"]["wrong"] == first["students"]["wrong"]
+    src = slim(par.source_nb(SECTION))
+    par.submit("wrong", SECTION, with_cells(src, {CORPUS_CELL: CORRECT}))
+    fixed = grade_class(par.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
+    assert fixed["graded_now"] == ["wrong"], fixed["graded_now"]
+    assert fixed["students"]["wrong"]["score"] == fixed["students"]["good"]["score"]
