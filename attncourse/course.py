@@ -8,6 +8,7 @@ SECTIONS = [
     "05_positional_encoding",
     "06_transformer_block",
     "07_bert_probe",
+    "08_train_and_generate",
 ]
 
 

@@ -23,10 +23,11 @@ FLOAT = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.b
 
 
 def define(ex: Exercise, code: str):
-    """Execute solution-cell ``code`` (after the prelude and given code); return the contract object."""
+    """Execute solution-cell ``code`` (after the prelude and given code); return the contract object
+    (wrapped in the given ``ex.wrap`` function when the exercise has one, as its hidden cells do)."""
     ns: dict = {"__name__": "__graders__"}
     exec(compile(PRELUDE + ex.given + "\n" + code, f"<{ex.name}>", "exec"), ns)
-    return ns[ex.name]
+    return ns[ex.wrap](ns[ex.name]) if ex.wrap else ns[ex.name]
 
 
 def _as_tensor(value):

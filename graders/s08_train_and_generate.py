@@ -1,0 +1,562 @@
+"""Hidden cases for section 08: train a tiny decoder-only model, then generate from it.
+
+Five graded exercises: ``next_token_loss``, ``train_step``, ``sample_next``, ``generate`` and
+``cached_attention``.  Each has 4 known mistakes and 2 correct variants.
+
+Three of them are graded through a *probe*, a function of the notebook's locked given code that
+the hidden cells wrap the answer in (``Exercise.wrap``; the build and the tests wrap it the same
+way):
+
+* ``train_probe(train_step)`` runs three steps of the student's ``train_step`` on a fresh tiny
+  bigram model (a stored weight table, with stale gradients left in it) with plain SGD and reports
+  the three losses and the weight table afterwards: the parameter update, clipping and zeroing of
+  gradients all show in it.  It turns gradients on itself (graded calls run under ``no_grad``).
+* ``with_seed(sample_next)`` calls the student's sampler with a fresh ``torch.Generator`` seeded
+  with a stored seed (on the logits' device), so a sample is a deterministic answer.  The contract
+  names the draw (``torch.multinomial(probs, 1, generator=generator)``), so every correct way of
+  computing the probabilities draws the same tokens.
+* ``generation_probe(generate)`` builds the given ``TinyGPT`` with fixed random weights (seed 0) on
+  the prompt's device and generates greedily with ``pick=argmax``.
+"""
+import torch
+
+from .spec import Case, Exercise, Mistake, Section, Variant, patch
+
+# ---------------------------------------------------------------- given code (locked cells of the notebook)
+TASK_GIVEN = '''
+N_DIGITS = 5                 # the longest number to reverse
+SEP, PAD = 10, 11            # token ids 0-9 are the digits
+VOCAB = 12
+SEQ_LEN = 2 * N_DIGITS + 1   # left padding, digits, SEP, reversed digits
+
+
+def reversal_batch(batch_size, generator, min_digits=3):
+    """(batch_size, SEQ_LEN) token ids: PAD ... PAD d1 ... dn SEP dn ... d1, n from min_digits to N_DIGITS.
+
+    The padding is on the left, so SEP is always at position N_DIGITS."""
+    n = torch.randint(min_digits, N_DIGITS + 1, (batch_size,), generator=generator)
+    digits = torch.randint(0, 10, (batch_size, N_DIGITS), generator=generator)
+    pos = torch.arange(N_DIGITS)                                 # (N_DIGITS,)
+    real = pos >= N_DIGITS - n[:, None]                          # (B, N_DIGITS): True where a digit is
+    prompt = torch.where(real, digits, PAD)                      # (B, N_DIGITS), left-padded
+    answer = torch.where(real, digits, PAD).flip(1)              # (B, N_DIGITS): reversed, padded on the right
+    sep = torch.full((batch_size, 1), SEP)
+    return torch.cat([prompt, sep, answer], dim=1)               # (B, SEQ_LEN)
+
+
+def show(ids):
+    """A row of token ids as text: digits, '|' for SEP, '.' for PAD."""
+    return "".join("|" if t == SEP else "." if t == PAD else str(int(t)) for t in ids)
+'''.strip("\n")
+
+MODEL_GIVEN = '''
+class CausalSelfAttention(nn.Module):
+    """Causal self-attention that keeps its last weights for plotting, and can run with a KV cache."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.weights = None                                      # (B, h, T, T) of the last full pass
+
+    def split(self, x):                                          # (B, T, d_model) -> (B, h, T, d_k)
+        return x.unflatten(-1, (self.n_heads, -1)).movedim(2, 1)
+
+    def forward(self, x, cache=None, attend=None):
+        q, k, v = self.split(self.wq(x)), self.split(self.wk(x)), self.split(self.wv(x))
+        if attend is not None:                                   # the cached path: attend(q, k, v, cache)
+            mixed, cache = attend(q, k, v, cache)
+        else:                                                    # the full pass, weights kept for plots
+            n = x.shape[1]
+            future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)     # (T, T): True = hidden
+            logit = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5       # (B, h, T, T)
+            self.weights = logit.masked_fill(future, float("-inf")).softmax(-1)
+            mixed = torch.einsum("bhij,bhjd->bhid", self.weights, v)                 # (B, h, T, d_k)
+        return self.wo(mixed.movedim(1, 2).flatten(2)), cache                        # (B, T, d_model)
+
+
+class TinyGPT(nn.Module):
+    """Token and position embeddings, Pre-LN causal blocks, a final LayerNorm and a linear head."""
+
+    def __init__(self, vocab=VOCAB, d_model=32, n_heads=2, n_layers=1, max_len=16):
+        super().__init__()
+        self.max_len = max_len
+        self.tok = nn.Embedding(vocab, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.attns = nn.ModuleList(CausalSelfAttention(d_model, n_heads) for _ in range(n_layers))
+        self.mlps = nn.ModuleList(nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 4 * d_model), nn.GELU(),
+                                                nn.Linear(4 * d_model, d_model)) for _ in range(n_layers))
+        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
+        self.norm_out = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab)
+
+    def forward(self, ids, caches=None, attend=None):
+        """ids (B, T) -> logits (B, T, vocab); with ``attend``: (logits, caches), ids being the new tokens."""
+        start = 0 if not caches else caches[0][0].shape[-2]      # tokens already in the cache
+        if start + ids.shape[1] > self.max_len:
+            raise ValueError(f"TinyGPT reads at most max_len={self.max_len} positions, got "
+                             f"{start + ids.shape[1]}: feed it the last max_len tokens only")
+        h = self.tok(ids) + self.pos(torch.arange(start, start + ids.shape[1], device=ids.device))
+        new_caches = []
+        for i, (attn, norm, mlp) in enumerate(zip(self.attns, self.norms, self.mlps)):
+            a, c = attn(norm(h), None if not caches else caches[i], attend)
+            h = h + a
+            h = h + mlp(h)
+            new_caches.append(c)
+        logits = self.head(self.norm_out(h))                     # (B, T, vocab)
+        return logits if attend is None else (logits, new_caches)
+'''.strip("\n")
+
+PROBES_GIVEN = '''
+# Used by the hidden tests (just run this cell): each wraps one of your functions for a check.
+def train_probe(train_step):
+    """Three steps of your train_step on a fresh bigram model (stale gradients left in it), plain SGD."""
+    def run(table, batches, lr, max_norm):
+        model = nn.Module()
+        model.table = nn.Parameter(table.clone())                # (V, V): logits of the next token
+        model.forward = lambda ids: model.table[ids]             # (B, T) -> (B, T, V)
+        model.table.grad = torch.ones_like(table)                # left over from an earlier step
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        loss_fn = lambda logits, ids: ((logits - F.one_hot(ids, table.shape[-1]).to(logits.dtype)) ** 2).sum()
+        with torch.enable_grad():
+            losses = [train_step(model, b, optimizer, loss_fn, max_norm=max_norm) for b in batches]
+        return losses, model.table.detach().clone()
+    return run
+
+
+def with_seed(sample_next):
+    """Your sample_next with a fresh generator seeded `seed` on the logits' device (None: no generator)."""
+    def run(logits, seed=None, **options):
+        where = "cpu" if logits.device.type == "meta" else logits.device      # meta tensors have no generator
+        generator = None if seed is None else torch.Generator(where).manual_seed(seed)
+        return sample_next(logits, generator=generator, **options)
+    return run
+
+
+def generation_probe(generate):
+    """Your generate on a TinyGPT with fixed random weights, greedy (pick = argmax)."""
+    def run(prompt, n_new):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = TinyGPT(n_layers=2, max_len=8).eval()
+        return generate(model.to(prompt.device), prompt, n_new, lambda last: last.argmax(dim=-1))
+    return run
+'''.strip("\n")
+
+GIVEN = TASK_GIVEN + "\n\n\n" + MODEL_GIVEN + "\n\n\n" + PROBES_GIVEN
+
+
+# ---------------------------------------------------------------- next_token_loss
+LOSS_REF = '''
+def next_token_loss(logits, tokens, pad_id):
+    """Mean cross-entropy of predicting tokens[:, t + 1] from logits[:, t], padding targets ignored."""
+    ### BEGIN SOLUTION
+    pred = logits[:, :-1]                                   # (B, T-1, V): position t predicts token t + 1
+    target = tokens[:, 1:]                                  # (B, T-1)
+    return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), ignore_index=pad_id)
+    ### END SOLUTION
+'''.strip("\n")
+
+LOSS = Exercise(
+    name="next_token_loss",
+    cell="next_token_loss",
+    reference=LOSS_REF,
+    mistakes=[
+        Mistake("no_shift", "the targets are not shifted: position t must predict the NEXT token, so compare "
+                "logits[:, :-1] with tokens[:, 1:].",
+                patch(LOSS_REF, "pred = logits[:, :-1]", "pred = logits", "target = tokens[:, 1:]", "target = tokens")),
+        Mistake("shift_backwards", "the shift goes the wrong way: logits[:, 1:] against tokens[:, :-1] predicts the "
+                "previous token; use logits[:, :-1] against tokens[:, 1:].",
+                patch(patch(LOSS_REF, "pred = logits[:, :-1]", "pred = logits[:, 1:]"),
+                         "target = tokens[:, 1:]", "target = tokens[:, :-1]")),
+        Mistake("pad_counted", "padding targets are counted in the loss: ignore them (ignore_index=pad_id, or a "
+                "mask of target != pad_id).",
+                patch(LOSS_REF, ", ignore_index=pad_id)", ")")),
+        Mistake("pad_in_mean", "the padding targets are left out of the sum but still counted in the mean: "
+                "divide by the number of non-padding targets.",
+                patch(LOSS_REF,
+                         "    return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), "
+                         "ignore_index=pad_id)",
+                         "    each = F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), "
+                         "ignore_index=pad_id, reduction='none')\n"
+                         "    return each.sum() / target.numel()")),
+    ],
+    variants=[
+        Variant("log_softmax_mask", '''
+def next_token_loss(logits, tokens, pad_id):
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    target = tokens[:, 1:]
+    picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    keep = target != pad_id
+    return -(picked * keep).sum() / keep.sum()
+'''),
+        Variant("class_dim", '''
+def next_token_loss(logits, tokens, pad_id):
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], ignore_index=pad_id)
+'''),
+    ],
+    cases=[],
+)
+
+
+def _tokens(g, B=3, T=7, V=6, pad=5, n_pad=(0, 2, 3)):
+    t = torch.randint(0, V - 1, (B, T), generator=g)
+    for i, k in enumerate(n_pad[:B]):
+        if k:
+            t[i, -k:] = pad
+    return t
+
+
+def _loss_case(name, what, pad_rows=(0, 2, 3), left=False, **kw):
+    def args(g):
+        logits = 2 * torch.randn(3, 7, 6, generator=g)
+        t = _tokens(g, n_pad=pad_rows)
+        if left:
+            t = t.flip(1)
+        return (logits, t, 5)
+    return Case(name, what, args=args, **kw)
+
+
+LOSS.cases = [
+    _loss_case("no_padding", "B=3, T=7, 6 tokens, no padding", pad_rows=(0, 0, 0)),
+    _loss_case("padded", "right padding of 0, 2 and 3 tokens", seed=1),
+    _loss_case("left_padded", "left padding", left=True, seed=2),
+    _loss_case("float64", "float64, right padding", dtype="float64", seed=3),
+    _loss_case("bfloat16", "bfloat16, right padding", dtype="bfloat16", seed=4),
+    _loss_case("best_device", "on the best device (CUDA when present), right padding", device="best", seed=5),
+    _loss_case("meta", "on the meta device", device="meta"),
+]
+
+# ---------------------------------------------------------------- train_step
+STEP_REF = '''
+def train_step(model, batch, optimizer, loss_fn, max_norm=1.0):
+    """One optimisation step on one batch; returns the loss (before the update) as a Python float."""
+    ### BEGIN SOLUTION
+    optimizer.zero_grad()                                   # forget the previous step's gradients
+    loss = loss_fn(model(batch), batch)                     # a 0-d tensor
+    loss.backward()                                         # fills p.grad for every parameter
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()                                        # p <- p - lr * p.grad (for SGD)
+    return loss.item()
+    ### END SOLUTION
+'''.strip("\n")
+
+STEP = Exercise(
+    name="train_step",
+    cell="train_step",
+    given=GIVEN,
+    wrap="train_probe",
+    reference=STEP_REF,
+    mistakes=[
+        Mistake("no_zero_grad", "the old gradients are not cleared: .backward() ADDS to p.grad, so call "
+                "optimizer.zero_grad() before the backward pass of every step.",
+                patch(STEP_REF, "    optimizer.zero_grad()                                   # forget the "
+                         "previous step's gradients\n", "")),
+        Mistake("no_step", "the parameters never change: after backward (and clipping) call optimizer.step().",
+                patch(STEP_REF, "    optimizer.step()                                        # p <- p - lr * "
+                         "p.grad (for SGD)\n", "")),
+        Mistake("no_clip", "the gradient norm is not clipped: call torch.nn.utils.clip_grad_norm_(model.parameters(), "
+                "max_norm) between backward() and step().",
+                patch(STEP_REF, "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n", "")),
+        Mistake("fixed_max_norm", "the max_norm argument is ignored (a fixed 1.0 is used): clip to the max_norm "
+                "that is passed in.",
+                patch(STEP_REF, "clip_grad_norm_(model.parameters(), max_norm)",
+                         "clip_grad_norm_(model.parameters(), 1.0)")),
+    ],
+    variants=[
+        Variant("manual_clip", '''
+def train_step(model, batch, optimizer, loss_fn, max_norm=1.0):
+    for p in model.parameters():
+        p.grad = None
+    loss = loss_fn(model(batch), batch)
+    loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.sqrt(sum((g ** 2).sum() for g in grads))
+    scale = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    for g in grads:
+        g.mul_(scale)
+    optimizer.step()
+    return float(loss)
+'''),
+        Variant("set_to_none", '''
+def train_step(model, batch, optimizer, loss_fn, max_norm=1.0):
+    model.zero_grad(set_to_none=True)
+    logits = model(batch)
+    loss = loss_fn(logits, batch)
+    loss.backward()
+    nn.utils.clip_grad_norm_(list(model.parameters()), max_norm=max_norm)
+    optimizer.step()
+    return loss.detach().item()
+'''),
+    ],
+    cases=[],
+)
+
+V_PROBE = 6
+
+
+def _step_args(g, lr=0.05, max_norm=1.0, n=3):
+    table = torch.randn(V_PROBE, V_PROBE, generator=g)
+    batches = [torch.randint(0, V_PROBE, (4, 5), generator=g) for _ in range(n)]
+    return (table, batches, lr, max_norm)
+
+
+STEP.cases = [
+    Case("three_steps", "three SGD steps on a bigram model, max_norm=1.0", args=lambda g: _step_args(g),
+         labels=["losses", "weights after"]),
+    Case("max_norm", "three SGD steps, max_norm=0.25, lr=0.2", args=lambda g: _step_args(g, lr=0.2, max_norm=0.25),
+         labels=["losses", "weights after"], seed=1),
+    Case("no_clipping_needed", "three SGD steps with a max_norm no gradient reaches (1e6)",
+         args=lambda g: _step_args(g, lr=0.01, max_norm=1e6), labels=["losses", "weights after"], seed=2),
+    Case("float64", "float64, max_norm=2.0", args=lambda g: _step_args(g, max_norm=2.0), dtype="float64",
+         labels=["losses", "weights after"], seed=3),
+    Case("best_device", "on the best device (CUDA when present)", args=lambda g: _step_args(g), device="best",
+         labels=["losses", "weights after"], seed=4),
+]
+
+# ---------------------------------------------------------------- sample_next
+SAMPLE_REF = '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    """One token id per row of logits (B, V): greedy when temperature == 0, else a seeded draw."""
+    ### BEGIN SOLUTION
+    if temperature == 0:
+        return logits.argmax(dim=-1)                                   # (B,): greedy
+    scaled = logits / temperature                                      # (B, V)
+    if top_k is not None:
+        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]         # (B, 1): the k-th largest
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))       # keep the k largest
+    probs = torch.softmax(scaled, dim=-1)                              # (B, V)
+    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]   # (B,)
+    ### END SOLUTION
+'''.strip("\n")
+
+SAMPLE = Exercise(
+    name="sample_next",
+    cell="sample_next",
+    given=GIVEN,
+    wrap="with_seed",
+    reference=SAMPLE_REF,
+    mistakes=[
+        Mistake("temperature_multiplies", "the logits are multiplied by the temperature: divide them "
+                "(logits / temperature), so that a low temperature sharpens and a high one flattens.",
+                patch(SAMPLE_REF, "scaled = logits / temperature", "scaled = logits * temperature")),
+        Mistake("temperature_on_probs", "the temperature is applied to the probabilities: dividing them by a "
+                "constant changes nothing once they are renormalised; divide the LOGITS before the softmax.",
+                patch(patch(SAMPLE_REF, "scaled = logits / temperature", "scaled = logits"),
+                         "probs = torch.softmax(scaled, dim=-1)", "probs = torch.softmax(scaled, dim=-1) / temperature")),
+        Mistake("top_k_ignored", "top_k is ignored: keep only the k largest logits of each row (the others get "
+                "-inf) before the softmax.",
+                patch(SAMPLE_REF, "    if top_k is not None:\n", "    if False:\n")),
+        Mistake("top_k_keeps_one", "top-k keeps only the largest logit: compare with the k-th largest value "
+                "(torch.topk(...).values[:, -1:]), not the largest.",
+                patch(SAMPLE_REF, ".values[:, -1:]", ".values[:, :1]")),
+    ],
+    variants=[
+        Variant("kthvalue", '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    if not temperature:
+        return torch.max(logits, dim=-1).indices
+    z = logits / temperature
+    if top_k:
+        cut = torch.kthvalue(z, z.shape[-1] - top_k + 1, dim=-1, keepdim=True).values
+        z = torch.where(z >= cut, z, torch.full_like(z, -float("inf")))
+    p = torch.exp(z - z.max(dim=-1, keepdim=True).values)
+    p = p / p.sum(dim=-1, keepdim=True)
+    return torch.multinomial(p, 1, generator=generator).squeeze(1)
+'''),
+        Variant("scatter", '''
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(-1)
+    z = logits / temperature
+    if top_k is not None:
+        vals, idx = z.topk(top_k, dim=-1)
+        z = torch.full_like(z, float("-inf")).scatter(-1, idx, vals)
+    return torch.multinomial(F.softmax(z, dim=-1), num_samples=1, generator=generator).view(-1)
+'''),
+    ],
+    cases=[],
+)
+
+
+def _logits(g, B=64, V=10):
+    return 1.5 * torch.randn(B, V, generator=g)
+
+
+SAMPLE.cases = [
+    Case("greedy", "temperature=0 (greedy)", args=lambda g: (_logits(g),), kwargs={"temperature": 0.0}),
+    Case("temperature", "temperature=0.5, seed 1", args=lambda g: (_logits(g), 1), kwargs={"temperature": 0.5}, seed=1),
+    Case("hot", "temperature=2.0, seed 2", args=lambda g: (_logits(g), 2), kwargs={"temperature": 2.0}, seed=2),
+    Case("top_k", "top_k=3, temperature=1.0, seed 3", args=lambda g: (_logits(g), 3), kwargs={"top_k": 3}, seed=3),
+    Case("top_k_temperature", "top_k=4, temperature=0.7, seed 4", args=lambda g: (_logits(g), 4),
+         kwargs={"top_k": 4, "temperature": 0.7}, seed=4),
+    Case("float64", "float64, top_k=5, temperature=1.5, seed 5", args=lambda g: (_logits(g), 5),
+         kwargs={"top_k": 5, "temperature": 1.5}, dtype="float64", seed=5),
+    Case("bfloat16", "bfloat16, greedy", args=lambda g: (_logits(g),), kwargs={"temperature": 0.0}, dtype="bfloat16",
+         seed=6),
+    Case("best_device", "on the best device (CUDA when present), top_k=1, seed 7", args=lambda g: (_logits(g), 7),
+         kwargs={"top_k": 1, "temperature": 0.8}, device="best", seed=7),
+    Case("meta", "on the meta device, top_k=3, seed 8", args=lambda g: (_logits(g), 8),
+         kwargs={"top_k": 3, "temperature": 0.9}, device="meta"),
+]
+
+# ---------------------------------------------------------------- generate
+GEN_REF = '''
+def generate(model, prompt, n_new, pick):
+    """Append n_new tokens to prompt (B, T0), one at a time; returns (B, T0 + n_new)."""
+    ### BEGIN SOLUTION
+    ids = prompt                                                       # (B, T0)
+    for _ in range(n_new):
+        logits = model(ids[:, -model.max_len:])                        # (B, T, V): at most max_len positions
+        next_id = pick(logits[:, -1, :])                               # (B,): from the last position
+        ids = torch.cat([ids, next_id[:, None]], dim=1)                # (B, T + 1)
+    return ids
+    ### END SOLUTION
+'''.strip("\n")
+
+GEN = Exercise(
+    name="generate",
+    cell="generate",
+    given=GIVEN,
+    wrap="generation_probe",
+    reference=GEN_REF,
+    mistakes=[
+        Mistake("first_position", "the next token is picked from the FIRST position's logits: the prediction for "
+                "the next token is at the last position, logits[:, -1].",
+                patch(GEN_REF, "pick(logits[:, -1, :])", "pick(logits[:, 0, :])")),
+        Mistake("prompt_only", "the model always reads the prompt, not the growing sequence: feed it the tokens "
+                "generated so far (prompt plus new tokens).",
+                patch(GEN_REF, "logits = model(ids[:, -model.max_len:])", "logits = model(prompt[:, -model.max_len:])")),
+        Mistake("crop_start", "past max_len the model is fed the FIRST max_len tokens: keep the LAST ones "
+                "(ids[:, -model.max_len:]), which include the newest token.",
+                patch(GEN_REF, "ids[:, -model.max_len:]", "ids[:, :model.max_len]")),
+        Mistake("no_crop", "the whole sequence is fed once it is longer than the model's max_len: crop it to the "
+                "last model.max_len tokens.",
+                patch(GEN_REF, "ids[:, -model.max_len:]", "ids"), shows="feed it the last max_len tokens only"),
+    ],
+    variants=[
+        Variant("list", '''
+def generate(model, prompt, n_new, pick):
+    out = prompt.clone()
+    for step in range(n_new):
+        window = out[:, max(0, out.shape[1] - model.max_len):]
+        nxt = pick(model(window)[:, -1])
+        out = torch.cat((out, nxt.unsqueeze(1)), dim=-1)
+    return out
+'''),
+        Variant("preallocated", '''
+def generate(model, prompt, n_new, pick):
+    B, T0 = prompt.shape
+    ids = torch.zeros(B, T0 + n_new, dtype=prompt.dtype, device=prompt.device)
+    ids[:, :T0] = prompt
+    for t in range(T0, T0 + n_new):
+        ids[:, t] = pick(model(ids[:, max(0, t - model.max_len):t])[:, -1])
+    return ids
+'''),
+    ],
+    cases=[],
+)
+
+
+def _prompt(g, B=3, T0=3):
+    return torch.randint(0, 10, (B, T0), generator=g)
+
+
+GEN.cases = [
+    Case("short", "3 prompts of 3 tokens, 4 new tokens", args=lambda g: (_prompt(g), 4)),
+    Case("past_max_len", "2 prompts of 5 tokens, 7 new tokens (past max_len=8)", args=lambda g: (_prompt(g, 2, 5), 7),
+         seed=1),
+    Case("one_token", "one prompt of 1 token, 6 new tokens", args=lambda g: (_prompt(g, 1, 1), 6), seed=2),
+    Case("best_device", "on the best device (CUDA when present), past max_len", device="best",
+         args=lambda g: (_prompt(g, 2, 6), 5), seed=3),
+    Case("meta", "on the meta device, past max_len", device="meta", args=lambda g: (_prompt(g, 2, 6), 5)),
+]
+
+# ---------------------------------------------------------------- cached_attention
+CACHE_REF = '''
+def cached_attention(q, k, v, cache=None):
+    """Causal attention of new tokens over the cached and the new keys/values; returns (out, (K, V))."""
+    ### BEGIN SOLUTION
+    if cache is not None:
+        k = torch.cat([cache[0], k], dim=-2)                            # (B, h, T_past + T_new, d_k)
+        v = torch.cat([cache[1], v], dim=-2)
+    t_new, t_all = q.shape[-2], k.shape[-2]
+    seen = torch.ones(t_new, t_all, dtype=torch.bool, device=q.device).tril(t_all - t_new)  # new i sees 0..past+i
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])          # (B, h, T_new, T_all)
+    weights = torch.softmax(scores.masked_fill(~seen, float("-inf")), dim=-1)
+    return weights @ v, (k, v)                                         # (B, h, T_new, d_k), the grown cache
+    ### END SOLUTION
+'''.strip("\n")
+
+CACHE = Exercise(
+    name="cached_attention",
+    cell="cached_attention",
+    reference=CACHE_REF,
+    mistakes=[
+        Mistake("no_offset", "the causal mask ignores the cached positions: new token i sits at position "
+                "T_past + i, so it may see keys 0 … T_past + i (tril with diagonal=T_past).",
+                patch(CACHE_REF, ".tril(t_all - t_new)", ".tril()")),
+        Mistake("no_mask", "the new tokens see each other's future when several come at once (e.g. the whole "
+                "prompt): mask key j > T_past + i.",
+                patch(CACHE_REF, "scores.masked_fill(~seen, float(\"-inf\"))", "scores")),
+        Mistake("no_scale", "the scores are not divided by √d_k (q.shape[-1] is d_k): the cached path must compute "
+                "exactly what the full pass computes.",
+                patch(CACHE_REF, " / math.sqrt(q.shape[-1])", "")),
+        Mistake("new_first", "the new keys are put before the cached ones: the cache holds the earlier positions, "
+                "so concatenate (cache, new) along the time axis.",
+                patch(patch(CACHE_REF, "torch.cat([cache[0], k], dim=-2)", "torch.cat([k, cache[0]], dim=-2)"),
+                         "torch.cat([cache[1], v], dim=-2)", "torch.cat([v, cache[1]], dim=-2)")),
+    ],
+    variants=[
+        Variant("sdpa", '''
+def cached_attention(q, k, v, cache=None):
+    if cache is not None:
+        past_k, past_v = cache
+        k, v = torch.cat((past_k, k), -2), torch.cat((past_v, v), -2)
+    offset = k.shape[-2] - q.shape[-2]
+    rows = torch.arange(q.shape[-2], device=q.device)[:, None] + offset
+    cols = torch.arange(k.shape[-2], device=q.device)[None, :]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=cols <= rows)
+    return out, (k, v)
+'''),
+        Variant("einsum_where", '''
+def cached_attention(q, k, v, cache=None):
+    K = k if cache is None else torch.cat([cache[0], k], dim=2)
+    V = v if cache is None else torch.cat([cache[1], v], dim=2)
+    past = K.shape[2] - q.shape[2]
+    s = torch.einsum("bhid,bhjd->bhij", q, K) * q.shape[-1] ** -0.5
+    i = torch.arange(q.shape[2], device=q.device).view(-1, 1)
+    j = torch.arange(K.shape[2], device=q.device).view(1, -1)
+    s = torch.where(j <= i + past, s, torch.finfo(s.dtype).min)
+    return torch.einsum("bhij,bhjd->bhid", s.softmax(-1), V), (K, V)
+'''),
+    ],
+    cases=[],
+)
+
+
+def _qkv(g, B=2, H=2, t_new=3, t_past=0, d=4):
+    q, k, v = (torch.randn(B, H, t_new, d, generator=g) for _ in range(3))
+    if not t_past:
+        return (q, k, v)
+    cache = (torch.randn(B, H, t_past, d, generator=g), torch.randn(B, H, t_past, d, generator=g))
+    return (q, k, v, cache)
+
+
+_CL = ["output", "cache"]
+CACHE.cases = [
+    Case("prefill", "no cache yet, 4 new tokens (the prompt)", args=lambda g: _qkv(g, t_new=4), labels=_CL),
+    Case("decode", "4 cached tokens, 1 new token", args=lambda g: _qkv(g, t_new=1, t_past=4), labels=_CL, seed=1),
+    Case("chunk", "3 cached tokens, 2 new tokens at once", args=lambda g: _qkv(g, t_new=2, t_past=3), labels=_CL,
+         seed=2),
+    Case("float64", "float64, 5 cached tokens, 3 new", args=lambda g: _qkv(g, t_new=3, t_past=5), dtype="float64",
+         labels=_CL, seed=3),
+    Case("bfloat16", "bfloat16, 2 cached tokens, 2 new", args=lambda g: _qkv(g, t_new=2, t_past=2), dtype="bfloat16",
+         labels=_CL, seed=4),
+    Case("best_device", "on the best device (CUDA when present), 3 cached, 2 new", device="best",
+         args=lambda g: _qkv(g, t_new=2, t_past=3), labels=_CL, seed=5),
+    Case("meta", "on the meta device, 3 cached, 2 new", device="meta", args=lambda g: _qkv(g, t_new=2, t_past=3),
+         labels=_CL),
+]
+
+SECTION = Section("08_train_and_generate", [LOSS, STEP, SAMPLE, GEN, CACHE])
