@@ -309,6 +309,9 @@ def _merge(root, db_url, course_id, result, late_plugin):
     from nbgrader.api import Gradebook, MissingEntry
 
     section, student = result["section"], result["student"]
+    entry = result.get("gradebook")
+    if entry is None and not result.get("files"):
+        return  # nothing came back (a dead worker): what an earlier run wrote stays as it was
     dest = Path(root) / "autograded" / student / section
     if dest.exists():
         shutil.rmtree(dest)
@@ -319,7 +322,6 @@ def _merge(root, db_url, course_id, result, late_plugin):
         if fdest.exists():
             shutil.rmtree(fdest)
         _write_files(fdest, result["feedback"])
-    entry = result.get("gradebook")
     if entry is None:
         return
     from datetime import datetime
@@ -571,7 +573,8 @@ def _run(client, root, todo, kits, timeout, task_timeout, task_env, feedback, db
             failed += 1
         results[section][student] = result
         state.setdefault(section, {})[student] = {
-            "hash": result["hash"], "kit": result["kit"], "success": result.get("success", False),
+            # a submission nothing came back for is graded again next time, whatever the gradebook holds
+            "hash": result["hash"] if result.get("gradebook") is not None or result.get("files") else None, "kit": result["kit"], "success": result.get("success", False),
             "faults": result.get("faults", []), "reason": _reason(result), "seconds": result.get("seconds"),
             "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         save_state(root, state)
