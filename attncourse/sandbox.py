@@ -182,6 +182,11 @@ def configure_nbgrader(c, root):
                 self.ip = os.path.join(self._ipc_dir, "k")
                 self.connection_file = os.path.join(self._ipc_dir, "connection.json")
 
+        async def _async_cleanup_resources(self, restart: bool = False) -> None:
+            await super()._async_cleanup_resources(restart=restart)
+            if not restart and getattr(self, "_ipc_dir", None):
+                shutil.rmtree(self._ipc_dir, ignore_errors=True)  # the sockets' folder, once the kernel is gone
+
         @property
         def kernel_spec(self):
             spec = super().kernel_spec

@@ -1,0 +1,276 @@
+"""Class grading: serial `nbgrader autograde` vs `./course grade` on Dask (1 and 2 local workers, and a real cluster).
+
+    .venv/bin/python bench/grading_bench.py [--sections 02 04] [--per-section 40] [--modes serial,dask1,dask2,cluster]
+
+A synthetic class per section, built like the test suite builds its submissions:
+the instructor's solution, every known mistake of graders/sNN.py injected into its
+solution cell (one exercise wrong per notebook), the untouched release, and for
+section 02 the fault corpus tests/corpus/f_*.py (infinite loop, memory hog, dead
+kernel, invalid JSON, …), cycled until each section has ``per-section`` submissions.
+Notebooks are slimmed to their nbgrader cells (setup, solutions, tests) as in the
+test suite, so that the bench runs in minutes.  Each mode grades its own copy of
+the course from scratch (fresh gradebook), with the same limits (cell timeout 10 s,
+check timeout 5 s, 2 GB per kernel).  Mode ``cluster`` starts a `dask scheduler` and
+two `dask worker --nthreads 1` processes on 127.0.0.1 and grades through
+``--scheduler``.  The per-cell scores of every Dask mode are compared with the
+serial run's.  Results: bench/grading_results.md and .json.  The machine's load
+average is recorded before and after each mode (other work on the machine slows
+the parallel modes most).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(HERE), str(HERE / "tests")]
+
+ENV = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "5"}
+CELL_TIMEOUT = 10
+
+
+def _submissions(course, section: str, n: int) -> dict:
+    import harness
+    from graders import available_sections, load_section
+
+    source = harness.slim(course.source_nb(section))
+    release = harness.slim(course.release_nb(section))
+    subs = [("instructor", source), ("blank", release)]
+    if section in available_sections():
+        spec = load_section(section)
+        for e in spec.exercises:
+            for m in e.mistakes:
+                subs.append((f"m_{e.name}_{m.key}", harness.with_cells(source, {e.cell: m.code})))
+    if section == harness.CORPUS_SECTION:
+        for name, mod in harness.corpus_cases("faults").items():
+            nb = copy.deepcopy(source)
+            if getattr(mod, "SDPA", None):
+                nb = harness.with_cells(nb, {harness.CORPUS_CELL: mod.SDPA})
+            fname = None
+            if hasattr(mod, "build"):
+                nb = mod.build(nb)
+                if isinstance(nb, tuple):
+                    fname, nb = nb
+            subs.append((name, (fname, nb)))
+    out = {}
+    i = 0
+    while len(out) < n:
+        name, nb = subs[i % len(subs)]
+        out[f"s{len(out):03d}_{name}"[:60]] = nb
+        i += 1
+    return out
+
+
+def build_class(base: Path, sections: list, per_section: int) -> Path:
+    """A course folder with the generated assignments and every submission (the template of each mode's copy)."""
+    import harness
+
+    course = harness.Course(base / "template", sections)
+    for s in sections:
+        course.generate(s)
+        for student, nb in _submissions(course, s, per_section).items():
+            fname = None
+            if isinstance(nb, tuple):
+                fname, nb = nb
+            course.submit(student, s, nb, name=fname)
+    return course.root
+
+
+def _copy(template: Path, dest: Path) -> Path:
+    shutil.copytree(template, dest)
+    return dest
+
+
+def _cells(root: Path, sections) -> dict:
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for s in sections:
+            for sub in gb.find_assignment(s).submissions:
+                out[f"{s}/{sub.student.id}"] = {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
+    return out
+
+
+def run_serial(root: Path, sections) -> float:
+    from attncourse.course import grading_env
+
+    env = grading_env(keep=tuple(ENV), extra=ENV)
+    t0 = time.time()
+    for s in sections:
+        subprocess.run([sys.executable, "-m", "nbgrader", "autograde", s, "--create", "--force",
+                        f"--Execute.timeout={CELL_TIMEOUT}"], cwd=root, env=env, capture_output=True, text=True)
+    return time.time() - t0
+
+
+def run_dask(root: Path, sections, workers=None, scheduler=None) -> tuple[float, dict]:
+    from tools.classgrade import grade_class
+
+    t0 = time.time()
+    reports = grade_class(root, sections, workers=workers, scheduler=scheduler, force=True, timeout=CELL_TIMEOUT,
+                          extra_env=ENV, log=lambda *a: None)
+    return time.time() - t0, reports
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cluster(root: Path, sections) -> tuple[float, dict, float]:
+    """A scheduler and two single-threaded workers on 127.0.0.1, started here; returns (grading s, reports, start s)."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    bindir = Path(sys.executable).parent
+    procs = []
+    t0 = time.time()
+    try:
+        procs.append(subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                       "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL, cwd=HERE))
+        for _ in range(2):
+            procs.append(subprocess.Popen([str(bindir / "dask"), "worker", f"tcp://127.0.0.1:{port}", "--nthreads",
+                                           "1", "--nworkers", "1", "--memory-limit", "0", "--no-dashboard"],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE))
+        from distributed import Client
+
+        with Client(f"tcp://127.0.0.1:{port}", timeout="60s") as c:
+            c.wait_for_workers(2, timeout=120)
+        started = time.time() - t0
+        secs, reports = run_dask(root, sections, scheduler=f"tcp://127.0.0.1:{port}")
+        return secs, reports, started
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def seconds_per_notebook(root: Path) -> dict:
+    """Where a notebook's seconds go, from the Dask tasks' own timings (.classgrade/state.json)."""
+    state = json.loads((root / ".classgrade" / "state.json").read_text())
+    setup, auto, total = [], [], []
+    for sec in state.values():
+        for e in sec.values():
+            t = e.get("seconds") or {}
+            if t:
+                setup.append(t["setup"]), auto.append(t["autograde"]), total.append(t["total"])
+    med = lambda xs: round(statistics.median(xs), 2) if xs else None  # noqa: E731
+    return {"tasks": len(total), "median_total": med(total), "median_autograde": med(auto),
+            "median_setup": med(setup), "max_setup (first task on a worker: imports + generate_assignment)":
+            round(max(setup), 1) if setup else None}
+
+
+def kernel_breakdown(root: Path, section: str) -> dict:
+    """One correct notebook run by nbclient with timings: kernel start, setup cell, solution cells, test cells."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(str(root / "submitted" / "s000_instructor" / section / f"{section}.ipynb"), as_version=4)
+    for c in nb.cells:  # hidden test cells need the autograder's inputs file: time only the visible work
+        if c.metadata.get("nbgrader", {}).get("grade") and "GRADER.check" in c.source:
+            c.source = "pass"
+    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(root)}})
+    t0 = time.time()
+    with client.setup_kernel():
+        start = time.time() - t0
+        parts = {"setup cell": 0.0, "solution cells": 0.0, "visible test cells": 0.0, "other": 0.0}
+        for i, c in enumerate(nb.cells):
+            if c.cell_type != "code":
+                continue
+            t = time.time()
+            client.execute_cell(c, i)
+            meta = c.metadata.get("nbgrader", {})
+            key = ("setup cell" if meta.get("grade_id") == "setup" else "solution cells" if meta.get("solution")
+                   else "visible test cells" if meta.get("grade") else "other")
+            parts[key] += time.time() - t
+    return {"kernel start": round(start, 2), **{k: round(v, 2) for k, v in parts.items()}}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", nargs="+", default=["02", "04"])
+    ap.add_argument("--per-section", type=int, default=40)
+    ap.add_argument("--modes", default="serial,dask1,dask2,cluster")
+    ap.add_argument("--out", default=str(HERE / "bench" / "grading_results"))
+    ap.add_argument("--report", default=None, help="also write ./course report of the dask2 run here (a folder)")
+    args = ap.parse_args(argv)
+    from tools.grade import resolve_sections
+
+    sections = resolve_sections(args.sections, HERE)
+    modes = args.modes.split(",")
+    base = Path(tempfile.mkdtemp(prefix="attncourse-gradebench-"))
+    results = {"sections": sections, "per_section": args.per_section, "cpus": os.cpu_count(), "modes": {}}
+    try:
+        t = time.time()
+        template = build_class(base, sections, args.per_section)
+        print(f"class built in {time.time() - t:.0f} s: {len(sections)} × {args.per_section} submissions", flush=True)
+        serial_cells = None
+        for mode in modes:
+            root = _copy(template, base / mode)
+            load0 = os.getloadavg()[0]
+            extra = {}
+            if mode == "serial":
+                secs = run_serial(root, sections)
+            elif mode.startswith("dask"):
+                secs, _ = run_dask(root, sections, workers=int(mode[4:] or 2))
+                extra["per_notebook"] = seconds_per_notebook(root)
+                if args.report and mode == "dask2":
+                    from tools.report import write_report
+
+                    for sec in sections:
+                        print("report:", write_report(root, sec, Path(args.report)), flush=True)
+            elif mode == "cluster":
+                secs, _, started = run_cluster(root, sections)
+                extra["cluster_start_s"] = round(started, 1)
+                extra["per_notebook"] = seconds_per_notebook(root)
+            else:
+                raise SystemExit(f"unknown mode {mode}")
+            cells = _cells(root, sections)
+            if mode == "serial":
+                serial_cells = cells
+            same = None
+            if serial_cells is not None and mode != "serial":
+                diff = sorted(k for k in set(cells) | set(serial_cells) if cells.get(k) != serial_cells.get(k))
+                same = "yes" if not diff else f"no: {len(diff)} differ ({', '.join(diff[:4])})"
+            results["modes"][mode] = {"seconds": round(secs, 1), "load_before": round(load0, 2),
+                                      "load_after": round(os.getloadavg()[0], 2), "submissions": len(cells),
+                                      "same_scores_as_serial": same, **extra}
+            print(mode, json.dumps(results["modes"][mode]), flush=True)
+        results["kernel_breakdown"] = {s: kernel_breakdown(template, s) for s in sections}
+        print("breakdown", json.dumps(results["kernel_breakdown"]), flush=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    s = results["modes"].get("serial", {}).get("seconds")
+    lines = [f"# Class grading bench ({', '.join(sections)}; {args.per_section} submissions per section; "
+             f"{os.cpu_count()} CPUs)", "",
+             "| mode | wall s | speed-up vs serial | load avg before → after | same per-cell scores as serial |",
+             "|---|---|---|---|---|"]
+    for mode, r in results["modes"].items():
+        up = f"{s / r['seconds']:.2f}×" if s and r["seconds"] else ""
+        lines.append(f"| {mode} | {r['seconds']} | {up} | {r['load_before']} → {r['load_after']} | "
+                     f"{r['same_scores_as_serial'] or ''} |")
+    lines += ["", "Per notebook (Dask tasks): " + json.dumps({m: r.get("per_notebook") for m, r in
+                                                              results["modes"].items() if r.get("per_notebook")}),
+              "", "One correct notebook run by nbclient (s): " + json.dumps(results.get("kernel_breakdown"))]
+    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    Path(args.out + ".json").write_text(json.dumps(results, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
