@@ -45,12 +45,7 @@ def _submissions(course, section: str, n: int) -> dict:
 
     source = harness.slim(course.source_nb(section))
     release = harness.slim(course.release_nb(section))
-    subs = [("instructor", source), ("blank", release)]
-    if section in available_sections():
-        spec = load_section(section)
-        for e in spec.exercises:
-            for m in e.mistakes:
-                subs.append((f"m_{e.name}_{m.key}", harness.with_cells(source, {e.cell: m.code})))
+    subs = [("instructor", source), ("blank", release)]   # the faults next: all of them within the first 40
     if section == harness.CORPUS_SECTION:
         for name, mod in harness.corpus_cases("faults").items():
             nb = copy.deepcopy(source)
@@ -62,6 +57,11 @@ def _submissions(course, section: str, n: int) -> dict:
                 if isinstance(nb, tuple):
                     fname, nb = nb
             subs.append((name, (fname, nb)))
+    if section in available_sections():
+        spec = load_section(section)
+        for e in spec.exercises:
+            for m in e.mistakes:
+                subs.append((f"m_{e.name}_{m.key}", harness.with_cells(source, {e.cell: m.code})))
     out = {}
     i = 0
     while len(out) < n:

@@ -280,3 +280,24 @@ def test_rerun_grades_only_new_or_changed_submissions(runs, client):
     fixed = grade_class(par.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
     assert fixed["graded_now"] == ["wrong"], fixed["graded_now"]
     assert fixed["students"]["wrong"]["score"] == fixed["students"]["good"]["score"]
+
+
+def test_report_counts_checks_that_hit_a_limit_as_faults():
+    """A hidden check stopped by its time or memory limit is a fault in the class report, not a mistake."""
+    import nbformat
+
+    from attncourse.judge import explain_exception
+    from tools.report import check_faults
+
+    def cell(gid, evalue):
+        c = nbformat.v4.new_code_cell("GRADER.check(...)", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
+        c.outputs = [nbformat.v4.new_output("error", ename="GradingError", evalue=evalue, traceback=[])]
+        return c
+
+    loop = explain_exception({"type": "_CheckTimeout", "text": "the call took longer than 20 s"}, "cpu")
+    hog = explain_exception({"type": "MemoryError", "text": ""}, "cpu")
+    wrong = "sdpa (float32): the values differ. Most likely cause: the scores are not divided by √d_k"
+    nb = nbformat.v4.new_notebook(cells=[cell("test_a", f"sdpa (bfloat16): {loop}"),
+                                         cell("test_b", f"sdpa (float64): {hog}\n{wrong}"),
+                                         cell("test_c", wrong)])
+    assert check_faults(nb) == ["check timed out (test_a)", "check ran out of memory (test_b)"]

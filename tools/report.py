@@ -31,6 +31,21 @@ if str(ROOT) not in sys.path:
 
 CAUSE = re.compile(r"Most likely cause:\s*(.+?)(?:\n|$)")
 CHECK_LINE = re.compile(r"^([✓✗]) (.+)$", re.M)
+# a hidden check's own limits (the judge's words for them): faults, not mistakes
+CHECK_FAULTS = (("timed out: ", "check timed out"), ("ran out of memory", "check ran out of memory"))
+
+
+def check_faults(nb) -> list[str]:
+    """Hidden checks of an autograded notebook that hit the time or memory limit: 'check timed out (cell)'."""
+    out = []
+    for c in nb.cells:
+        gid = c.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        for o in c.get("outputs", []) if c.cell_type == "code" else []:
+            if o.get("output_type") != "error":
+                continue
+            for line in str(o.get("evalue", "")).splitlines():
+                out += [f"{what} ({gid})" for pattern, what in CHECK_FAULTS if pattern in line]
+    return list(dict.fromkeys(out))
 
 
 def _cells_of(root: Path, section: str) -> list[dict]:
@@ -69,11 +84,13 @@ def collect(root: Path, section: str) -> dict:
     cells = _cells_of(root, section)
     checks = defaultdict(lambda: [0, 0])                 # check label -> [passed, total]
     mistakes = defaultdict(set)                          # cause -> students
+    limits = {}                                          # student -> checks that hit a limit
     for s in students:
         p = root / "autograded" / s / section / f"{section}.ipynb"
         if not p.is_file():
             continue
         nb = nbformat.read(str(p), as_version=4)
+        limits[s] = check_faults(nb)
         for c in nb.cells:
             if c.cell_type != "code" or not c.metadata.get("nbgrader", {}).get("grade"):
                 continue
@@ -87,7 +104,7 @@ def collect(root: Path, section: str) -> dict:
                         mistakes[cause.strip().rstrip(".")].add(s)
     faults, tamper = [], []
     for s, e in rep["students"].items():
-        for r in e["reasons"]:
+        for r in list(e["reasons"]) + [r for r in limits.get(s, []) if r not in e["reasons"]]:
             (tamper if r.startswith("tampering suspected") else faults).append((s, r))
     return {"section": section, "report": rep, "cells": cells, "checks": dict(checks),
             "mistakes": {k: sorted(v) for k, v in mistakes.items()}, "faults": faults, "tamper": tamper}
