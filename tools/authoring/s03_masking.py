@@ -198,8 +198,9 @@ vector). One way that works with any fill: after the softmax, set the blocked po
 The rule belongs to `masked_softmax` (exercise 4), not to every module of the course. The attention modules of
 sections 02, 04 and 06 are only ever given masks in which each query has an allowed key — a causal mask always
 allows the diagonal, and a padded sequence has at least one real token — and the plain `-inf` recipe gives NaN
-for an all-blocked row. PyTorch's `F.scaled_dot_product_attention` returns zeros there on the CPU (PyTorch
-2.13; other backends may differ). The cell below shows both on one such row.
+for an all-blocked row. PyTorch's `F.scaled_dot_product_attention` returns zeros there on the CPU (in the
+PyTorch version the cell prints; other versions and backends may differ). The cell below shows both on one
+such row.
 """)
 nb.code("""
 q = torch.randn(1, 3, 4)                                # (B, T, d): 3 queries and keys
@@ -209,6 +210,7 @@ w = torch.softmax((q @ q.transpose(-2, -1)).masked_fill(~blocked_first, float("-
 print("plain -inf recipe, row 0:", w[0, 0])
 print("F.scaled_dot_product_attention, row 0 of the output:",
       F.scaled_dot_product_attention(q, q, q, attn_mask=blocked_first)[0, 0])
+print("PyTorch", torch.__version__, "on", q.device)
 """)
 nb.md("""
 ### Exercise 4 · `masked_softmax(scores, mask)`
