@@ -489,12 +489,13 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
             _run(cl, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late, state,
                  results, log)
     sandboxed, sandbox_line = sandbox_status(env)
-    reports = {}
+    reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
                                           db_url, course_id, sandboxed, sandbox_line)
         reports[section]["graded_now"] = sorted(results[section])
-        reports[section]["seconds"] = round(time.time() - t0, 1)
+        reports[section]["seconds"] = elapsed   # the whole run's, all sections together
+        reports[section]["run"] = {"sections": len(sections), "submissions": sum(len(all_students[x]) for x in sections)}
     return reports
 
 

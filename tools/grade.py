@@ -286,7 +286,10 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
 
 
 def format_report(report: dict) -> str:
-    lines = [f"{report['section']}: {len(report['students'])} submissions graded in {report['seconds']} s",
+    run = report.get("run") or {}
+    took = (f"this run took {report['seconds']} s" if run.get("sections", 1) == 1 else
+            f"this run, {run['sections']} sections together, took {report['seconds']} s")
+    lines = [f"{report['section']}: {len(report['students'])} submissions; {took}",
              f"{report.get('sandbox', '')}", ""]
     for s, e in report["students"].items():
         lines.append(f"{s:<24} {e['score']:g} / {e['max_score']:g}")
