@@ -108,10 +108,8 @@ class Got:
     keys: list = field(default_factory=list)
 
     def describe(self) -> str:
-        """The answer's type in the words the feedback uses."""
-        return {"tensor": "torch.Tensor", "ndarray": "numpy.ndarray", "list": "list", "tuple": "tuple",
-                "dict": "dict", "str": "str", "bool": "bool", "int": "int", "float": "float"}.get(
-            self.kind, self.type_name or self.kind)
+        """The answer's type in the words the feedback uses (:func:`decode` names every kind)."""
+        return self.type_name or self.kind
 
 
 TYPE_NAMES = {"tensor": "torch.Tensor", "ndarray": "numpy.ndarray"}

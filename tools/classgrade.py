@@ -386,6 +386,14 @@ def save_state(root: Path, state: dict):
     tmp.replace(p)
 
 
+def ready(root: Path, sections) -> tuple[str, str]:
+    """(db_url, course_id) once every section can be graded; a CourseError says what to run instead."""
+    db_url, course_id = course_db(root)
+    for section in sections:
+        check_section(root, section, db_url, course_id)
+    return db_url, course_id
+
+
 def check_section(root: Path, section: str, db_url: str, course_id: str):
     """Refuse, with what to run instead, a section that cannot be graded yet."""
     from nbgrader.api import Gradebook, MissingEntry
@@ -454,9 +462,7 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     bindir = os.path.dirname(sys.executable)  # nbgrader runs alembic from PATH when it creates a gradebook
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    db_url, course_id = course_db(root)
-    for section in sections:
-        check_section(root, section, db_url, course_id)
+    db_url, course_id = ready(root, sections)
     env = grading_env(keep=KEEP_ENV, extra=extra_env)
     task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in (
         "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}
@@ -598,48 +604,22 @@ def _reason(result: dict) -> str | None:
 def section_report(root: Path, section: str, students: list, results: dict, state: dict, db_url: str,
                    course_id: str, sandboxed: bool, sandbox_line: str) -> dict:
     """The per-student report of tools/grade.py for everything graded so far (this run or earlier ones)."""
-    import nbformat
-
-    from tools.grade import cell_failures, prescan, release_notebook
+    from tools.grade import release_notebook, release_points, student_entry
 
     release = release_notebook(root, section)
-    scores = _scores(db_url, course_id, section)
+    scores = gradebook_scores(db_url, course_id, section)
     report = {"section": section, "students": {}, "batch_returncode": 0, "sandboxed": sandboxed,
               "sandbox": sandbox_line, "engine": "dask"}
-    max_default = None
+    max_score = release_points(release)
     for s in students:
-        entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": []}
-        try:
-            info = prescan(root, section, s, release)
-            st = state.get(section, {}).get(s, {})
-            nb_path = root / "autograded" / s / section / f"{section}.ipynb"
-            if info["fatal"]:
-                entry["reasons"].append(info["fatal"])
-            elif not nb_path.is_file() and st.get("reason"):
-                entry["reasons"].append(st["reason"])
-            entry["reasons"] += st.get("faults", [])
-            if nb_path.is_file():
-                nb = nbformat.read(str(nb_path), as_version=4)
-                entry["failures"], reasons = cell_failures(nb)
-                entry["reasons"] += reasons
-                if s in scores:
-                    entry["score"], entry["max_score"], entry["cells"] = scores[s]
-            entry["reasons"] += [f"tampering suspected: {t}" for t in info["tamper"]]
-            entry["reasons"] += info["notes"]
-        except Exception as exc:  # noqa: BLE001
-            entry["reasons"].append(f"report failed for this submission: {type(exc).__name__}: {exc}")
-        if entry["max_score"] is None:
-            if max_default is None:
-                max_default = float(sum(float(c.metadata["nbgrader"].get("points", 0))
-                                        for c in (release.cells if release else [])
-                                        if c.metadata.get("nbgrader", {}).get("grade")))
-            entry["max_score"] = max_default
-        entry["reasons"] = list(dict.fromkeys(entry["reasons"]))
-        report["students"][s] = entry
+        st = state.get(section, {}).get(s, {})
+        report["students"][s] = student_entry(root, section, s, release, scores, why_missing=lambda st=st: st.get("reason"),
+                                              faults=st.get("faults", []), max_score=max_score)
     return report
 
 
-def _scores(db_url, course_id, section) -> dict:
+def gradebook_scores(db_url, course_id, section) -> dict:
+    """{student: (score, max_score, {cell: (score, max_score)})} of ``section`` in the gradebook."""
     from nbgrader.api import Gradebook, MissingEntry
 
     out = {}

@@ -202,25 +202,50 @@ def cell_failures(nb) -> tuple[list, list]:
     return failures, list(dict.fromkeys(reasons))
 
 
-def scores(root: Path, section: str, student: str):
-    from nbgrader.api import Gradebook, MissingEntry
+def student_entry(root: Path, section: str, student: str, release, scores: dict, info: dict | None = None,
+                  why_missing=None, faults=(), max_score=None) -> dict:
+    """One student's line of the report: score, failed cells and the reasons, from the autograded notebook and
+    the gradebook's ``scores`` ({student: (score, max_score, cells)}).  ``info``: the prescan, when already
+    done; ``why_missing()``: why nbgrader left no autograded notebook; ``faults``: the grading run's own."""
+    import nbformat
 
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        try:
-            sub = gb.find_submission(section, student)
-        except MissingEntry:
-            return None
-        cells = {}
-        for nb in sub.notebooks:
-            for g in nb.grades:
-                cells[g.name] = (g.score, g.max_score)
-        return sub.score, sub.max_score, cells
+    entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": []}
+    try:
+        info = info if info is not None else prescan(root, section, student, release)
+        nb_path = root / "autograded" / student / section / f"{section}.ipynb"
+        if info["fatal"]:
+            entry["reasons"].append(info["fatal"])
+        elif not nb_path.is_file() and why_missing is not None:
+            reason = why_missing()
+            entry["reasons"] += [reason] if reason else []
+        entry["reasons"] += list(faults)
+        if nb_path.is_file():
+            nb = nbformat.read(str(nb_path), as_version=4)
+            entry["failures"], reasons = cell_failures(nb)
+            entry["reasons"] += reasons
+            if student in scores:
+                entry["score"], entry["max_score"], entry["cells"] = scores[student]
+        entry["reasons"] += [f"tampering suspected: {t}" for t in info["tamper"]]
+        entry["reasons"] += info["notes"]
+    except Exception as exc:  # noqa: BLE001 - a report, never a crash
+        entry["reasons"].append(f"report failed for this submission: {type(exc).__name__}: {exc}")
+    if entry["max_score"] is None:
+        entry["max_score"] = max_score if max_score is not None else release_points(release)
+    entry["reasons"] = list(dict.fromkeys(entry["reasons"]))
+    return entry
+
+
+def release_points(release) -> float:
+    """The points of a section's graded cells (the maximum of a submission nbgrader could not score)."""
+    try:
+        return float(sum(float(c.metadata["nbgrader"].get("points", 0)) for c in (release.cells if release else [])
+                         if c.metadata.get("nbgrader", {}).get("grade")))
+    except Exception:  # noqa: BLE001
+        return 0.0
 
 
 def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=None, log=print,
           extra_env: dict | None = None) -> dict:
-    import nbformat
-
     root = Path(root)
     t0 = time.time()
     subdir = root / "submitted"
@@ -248,37 +273,15 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
     sandboxed, sandbox_line = sandbox_status(env)
     report = {"section": section, "students": {}, "batch_returncode": batch.returncode,
               "sandboxed": sandboxed, "sandbox": sandbox_line}
+    from tools.classgrade import course_db, gradebook_scores
+
+    scores = gradebook_scores(*course_db(root), section) if students else {}
     for s in students:
-        entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": []}
-        try:
-            info = pre[s]
-            nb_path = root / "autograded" / s / section / f"{section}.ipynb"
-            if info["fatal"]:
-                entry["reasons"].append(info["fatal"])
-            elif not nb_path.is_file():
-                # nbgrader could not grade it: grade it alone to learn why
-                single = _nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra],
-                                   env=env)
-                entry["reasons"].append(classify_log(single.stdout + single.stderr))
-            if nb_path.is_file():
-                nb = nbformat.read(str(nb_path), as_version=4)
-                entry["failures"], reasons = cell_failures(nb)
-                entry["reasons"] += reasons
-                res = scores(root, section, s)
-                if res is not None:
-                    entry["score"], entry["max_score"], entry["cells"] = res
-            entry["reasons"] += [f"tampering suspected: {t}" for t in info["tamper"]]
-            entry["reasons"] += info["notes"]
-        except Exception as exc:  # noqa: BLE001
-            entry["reasons"].append(f"report failed for this submission: {type(exc).__name__}: {exc}")
-        if entry["max_score"] is None:
-            try:
-                entry["max_score"] = float(sum(
-                    float(c.metadata["nbgrader"].get("points", 0)) for c in (release.cells if release else [])
-                    if c.metadata.get("nbgrader", {}).get("grade")))
-            except Exception:  # noqa: BLE001
-                entry["max_score"] = 0.0
-        entry["reasons"] = list(dict.fromkeys(entry["reasons"]))
+        def why_missing(s=s):  # nbgrader could not grade it: grade it alone to learn why
+            single = _nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra], env=env)
+            return classify_log(single.stdout + single.stderr)
+
+        entry = student_entry(root, section, s, release, scores, info=pre[s], why_missing=why_missing)
         report["students"][s] = entry
     report["seconds"] = round(time.time() - t0, 1)
     log(format_report(report))
@@ -300,7 +303,7 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def resolve_sections(names, root: Path = ROOT) -> list:
+def resolve_sections(names, root: Path = ROOT, prog: str = "./course grade") -> list:
     """Section names from the command line: full names, NN prefixes, or ``all`` (every section with submissions)."""
     from attncourse.course import SECTIONS
 
@@ -316,7 +319,7 @@ def resolve_sections(names, root: Path = ROOT) -> list:
             continue
         match = [s for s in SECTIONS if s.startswith(name.zfill(2) if name.isdigit() else name)]
         if len(match) != 1:
-            raise SystemExit(f"./course grade: unknown section {name!r}; one of {', '.join(SECTIONS)} or all")
+            raise SystemExit(f"{prog}: unknown section {name!r}; one of {', '.join(SECTIONS)} or all")
         out.append(match[0])
     return list(dict.fromkeys(out))
 
@@ -345,13 +348,11 @@ def main(argv=None):
     if not sections:
         print("./course grade: no submissions under submitted/ for " + " ".join(args.sections), file=sys.stderr)
         return 2
-    from tools.classgrade import DEFAULT_TASK_TIMEOUT, CourseError, check_section, course_db, grade_class
+    from tools.classgrade import DEFAULT_TASK_TIMEOUT, CourseError, grade_class, ready
 
     try:
-        db_url, course_id = course_db(root)
-        for section in sections:
-            check_section(root, section, db_url, course_id)
         if args.serial:
+            ready(root, sections)   # grade_class checks the same itself
             reports = {sec: grade(sec, root, args.timeout, args.student) for sec in sections}
         else:
             reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,

@@ -269,18 +269,17 @@ def main(argv=None):
     ap.add_argument("--root", default=str(ROOT), help="course folder (default: this one)")
     ap.add_argument("--out", default=None, help="where to write (default: ROOT/reports)")
     args = ap.parse_args(argv)
-    from tools.classgrade import CourseError, check_section, course_db
+    from tools.classgrade import CourseError, ready
     from tools.grade import resolve_sections
 
     root = Path(args.root)
-    sections = resolve_sections(args.sections, root)
+    sections = resolve_sections(args.sections, root, prog="./course report")
     if not sections:
         print("./course report: no submissions under submitted/ for " + " ".join(args.sections), file=sys.stderr)
         return 2
     try:
-        db_url, course_id = course_db(root)
+        ready(root, sections)
         for sec in sections:
-            check_section(root, sec, db_url, course_id)
             print(write_report(root, sec, Path(args.out) if args.out else None))
     except CourseError as exc:
         print(f"./course report: {exc}", file=sys.stderr)
