@@ -301,3 +301,49 @@ def test_report_counts_checks_that_hit_a_limit_as_faults():
                                          cell("test_b", f"sdpa (float64): {hog}\n{wrong}"),
                                          cell("test_c", wrong)])
     assert check_faults(nb) == ["check timed out (test_a)", "check ran out of memory (test_b)"]
+
+
+def _kill_workers(client, timeout: float = 60.0):
+    """Kill every worker process (each nanny starts a new, empty one) and wait for the new ones."""
+    import contextlib
+    import time
+
+    before = set(client.scheduler_info()["workers"])
+    with contextlib.suppress(Exception):
+        client.run(os._exit, 70)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        now = set(client.scheduler_info()["workers"])
+        if now and not now & before:
+            return
+        time.sleep(0.2)
+    raise TimeoutError("the workers did not come back")
+
+
+def test_kit_survives_the_death_of_every_worker_holding_it():
+    """A kit sent once must still reach later tasks after the workers that held it died.
+
+    CI lost the scattered kit when the hook student killed both workers in turn, and every later
+    submission failed ("grading failed").  The same deaths with the kit scattered (the old way) lose it:
+    that pairing shows this test can fail.
+    """
+    import dask
+    from distributed import Client, LocalCluster
+
+    from tools.classgrade import KitFutures
+
+    kit = {"section": "s", "files": {"x": b"k" * 1000}, "hash": "h"}
+    size = lambda k: len(k["files"]["x"])  # noqa: E731
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit=0,
+                          dashboard_address=":0", silence_logs=50) as lc, Client(lc) as client:
+            kits = KitFutures(client, {"s": kit})
+            scattered = client.scatter([kit], hash=False)[0]
+            assert client.submit(size, kits.get("s"), pure=False).result() == 1000
+            assert client.submit(size, scattered, pure=False).result() == 1000
+            for _ in range(2):
+                _kill_workers(client)
+                assert client.submit(size, kits.get("s"), pure=False).result(timeout=60) == 1000
+            assert kits.sent["s"] == 1  # recomputed by the scheduler, never sent again
+            with pytest.raises(Exception):
+                client.submit(size, scattered, pure=False).result(timeout=60)

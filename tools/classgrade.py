@@ -7,7 +7,7 @@ Design (docs/GRADING.md, "Grading a class"):
 
 * **One task per submission, self-contained and idempotent.**  In: the section's
   *kit* (nbgrader_config.py, source/<section>/, graders/data/<section>.pt, as bytes,
-  scattered once), the student id, the files of ``submitted/<student>/<section>/``
+  sent once as a task of its own, see :class:`KitFutures`), the student id, the files of ``submitted/<student>/<section>/``
   (notebook and timestamp.txt) and the assignment's due date.  The task builds a
   scratch course folder with a scratch SQLite gradebook of its own, runs nbgrader's
   own ``autograde`` there with the course's config (in-process, through
@@ -512,6 +512,48 @@ def _graded_in_gradebook(db_url, course_id, section) -> set:
         return {s.student.id for s in gb.find_assignment(section).submissions}
 
 
+def _kit(kit: dict) -> dict:
+    """The kit as a task's result (see :class:`KitFutures`)."""
+    return kit
+
+
+class KitFutures:
+    """Each section's kit on the cluster, sent once, that survives the death of the workers holding it.
+
+    Scattered data cannot be recovered: when the last worker holding it dies, every task that
+    needs it fails ("lost dependencies").  A worker dying is a case the run must survive (a
+    student's code can kill its worker; the nanny restarts it empty), and two deaths in a row
+    lost the kit in CI, failing every later submission.  So the kit is the result of a task
+    (``_kit``) whose spec holds the bytes: the scheduler keeps the spec and computes the kit
+    again wherever it is lost.  If that tiny task itself was running on a worker that died
+    (it then fails with KilledWorker, with allowed-failures 0), :meth:`lost` says so and the
+    kit is sent again, at most ``tries`` times per section.
+    """
+
+    def __init__(self, client, kits: dict, tries: int = 5):
+        self.client, self.kits, self.tries = client, kits, tries
+        self.futures: dict = {}
+        self.sent: dict = {}
+
+    def get(self, section: str):
+        fut = self.futures.get(section)
+        if fut is None or fut.status in ("error", "cancelled", "lost"):
+            self.sent[section] = self.sent.get(section, 0) + 1
+            fut = self.client.submit(_kit, self.kits[section], pure=False,
+                                     key=f"kit-{section}-{os.urandom(4).hex()}")
+            self.futures[section] = fut
+        return fut
+
+    def lost(self, section: str, exc: BaseException) -> bool:
+        """Did a grading task fail because its kit did (and may the kit be sent again)?"""
+        fut = self.futures.get(section)
+        failed = fut is not None and (fut.status in ("error", "cancelled", "lost")
+                                      or str(getattr(exc, "task", "")) == str(fut.key))
+        if failed:
+            self.futures.pop(section, None)
+        return failed and self.sent.get(section, 0) < self.tries
+
+
 def _run(client, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late, state,
          results, log):
     from distributed import as_completed
@@ -526,13 +568,13 @@ def _run(client, root, todo, kits, timeout, task_timeout, task_env, feedback, db
         link += " (its plots need `pip install bokeh`)"
     nworkers = len(client.scheduler_info().get("workers", {}))
     log(f"grading {len(todo)} submission(s) on {nworkers} Dask worker(s); Dask dashboard: {link}")
-    kit_futures = {sec: client.scatter([kit], broadcast=True, hash=False)[0] for sec, kit in kits.items()}
+    kit_futures = KitFutures(client, kits)
     args = {}
 
     def submit(item):
         section, student, files, due = item
-        fut = client.submit(grade_task, kit_futures[section], student, files, due, timeout, task_timeout, task_env,
-                            feedback, pure=False, key=f"grade-{section}-{student}-{os.urandom(4).hex()}")
+        fut = client.submit(grade_task, kit_futures.get(section), student, files, due, timeout, task_timeout,
+                            task_env, feedback, pure=False, key=f"grade-{section}-{student}-{os.urandom(4).hex()}")
         args[fut.key] = item
         return fut
 
@@ -561,6 +603,9 @@ def _run(client, root, todo, kits, timeout, task_timeout, task_env, feedback, db
             result = fut.result()
         except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost scheduler, a broken task
             name = type(exc).__name__
+            if kit_futures.lost(section, exc):
+                ac.add(submit(item))  # the kit's own task failed (not this submission's): send it again
+                continue
             if name == "KilledWorker" and (section, student) not in retried:
                 retried.add((section, student))  # a dead worker: its submission is retried once
                 ac.add(submit(item))
