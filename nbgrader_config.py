@@ -43,6 +43,9 @@ c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
 c.Execute.execute_retries = 0
+# Stop a grading kernel at once when its notebook is done (every output has arrived by then):
+# a graceful stop waits ~0.6 s per notebook for Python to tear torch down (bench/grading_results.md)
+c.Execute.shutdown_kernel = "immediate"
 
 # Stubs the student sees in solution cells.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

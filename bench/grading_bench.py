@@ -175,30 +175,141 @@ def seconds_per_notebook(root: Path) -> dict:
             round(max(setup), 1) if setup else None}
 
 
-def kernel_breakdown(root: Path, section: str) -> dict:
-    """One correct notebook run by nbclient with timings: kernel start, setup cell, solution cells, test cells."""
-    import nbformat
-    from nbclient import NotebookClient
+def _cell_seconds(cell) -> float:
+    """A cell's run time from nbclient's record (metadata.execution)."""
+    from datetime import datetime
 
-    nb = nbformat.read(str(root / "submitted" / "s000_instructor" / section / f"{section}.ipynb"), as_version=4)
-    for c in nb.cells:  # hidden test cells need the autograder's inputs file: time only the visible work
-        if c.metadata.get("nbgrader", {}).get("grade") and "GRADER.check" in c.source:
-            c.source = "pass"
-    client = NotebookClient(nb, timeout=60, kernel_name="python3", resources={"metadata": {"path": str(root)}})
-    t0 = time.time()
-    with client.setup_kernel():
-        start = time.time() - t0
-        parts = {"setup cell": 0.0, "solution cells": 0.0, "visible test cells": 0.0, "other": 0.0}
-        for i, c in enumerate(nb.cells):
-            if c.cell_type != "code":
+    ex = cell.get("metadata", {}).get("execution", {})
+    a, b = ex.get("iopub.execute_input"), ex.get("shell.execute_reply")
+    if not (a and b):
+        return 0.0
+    parse = lambda t: datetime.fromisoformat(t.replace("Z", "+00:00"))  # noqa: E731
+    return max(0.0, (parse(b) - parse(a)).total_seconds())
+
+
+def _cell_kind(cell) -> str:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    if meta.get("grade_id") == "setup":
+        return "imports (setup cell)"
+    if meta.get("solution"):
+        return "student code (solution cells)"
+    if meta.get("grade"):
+        return ("hidden checks (kernel)" if "GRADER.check" in cell.get("source", "")
+                else "visible checks (kernel)")
+    return "other cells"
+
+
+def _breakdown_students(root: Path, section: str, n: int) -> list:
+    """The first ``n`` ordinary submissions (the instructor's and known mistakes; no faults, no blank)."""
+    names = sorted(p.name for p in (root / "submitted").iterdir() if (p / section).is_dir())
+    return [s for s in names if s.endswith("_instructor") or "_m_" in s][:n]
+
+
+def breakdown_table(breakdown: dict) -> list:
+    """Markdown: where a task's seconds go, one column per section."""
+    if not breakdown:
+        return []
+    secs = list(breakdown)
+    keys = [k for k in breakdown[secs[0]] if k != "notebooks"]
+    lines = ["Where one notebook's seconds go (median over "
+             + ", ".join(f"{breakdown[s]['notebooks']} notebooks of {s}" for s in secs)
+             + "; one task graded in this process as a worker grades it, after a warm-up task):", "",
+             "| part | " + " | ".join(secs) + " |", "|---|" + "---|" * len(secs)]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(f"{breakdown[s][k]:.2f}" for s in secs) + " |")
+    return lines
+
+
+def task_breakdown(template: Path, section: str, students: list) -> dict:
+    """Where one Dask task's seconds go, measured on ``students``' submissions graded in this process.
+
+    Runs :func:`tools.classgrade.grade_task` exactly as a worker does (after one warm-up
+    task: a worker pays its imports and the generate_assignment template once), with every
+    nbconvert preprocessor timed and the executed notebook's per-cell times (nbclient's
+    records) read before nbgrader clears them; then merges each result into a copy of
+    the course's gradebook as the coordinator does.  Median seconds per notebook.
+    """
+    from collections import defaultdict
+
+    from nbclient import NotebookClient
+    from nbconvert.preprocessors import Preprocessor
+    from nbgrader.converters.autograde import Autograde
+
+    from tools import classgrade as cg
+
+    course = _copy(template, template.parent / f"breakdown-{section}")
+    db_url, course_id = cg.course_db(course)
+    kit = cg.make_kit(course, section)
+    due = cg._duedate(db_url, course_id, section)
+    late = cg._late_plugin(course)
+    _, task_env = cg.task_environment(ENV)
+    rows, row = [], None
+    orig_call, orig_init = Preprocessor.__call__, Autograde.init_assignment
+
+    def timed_call(self, nb, resources):
+        t = time.perf_counter()
+        nb, resources = orig_call(self, nb, resources)
+        dt = time.perf_counter() - t
+        if row is not None:
+            row[type(self).__name__] += dt
+            if isinstance(self, NotebookClient):  # nbgrader's Execute: kernel start + cells + shutdown
+                cells = defaultdict(float)
+                for c in nb.cells:
+                    if c.cell_type == "code":
+                        cells[_cell_kind(c)] += _cell_seconds(c)
+                row.update(cells)
+                row["kernel start and stop"] += dt - sum(cells.values())
+        return nb, resources
+
+    def timed_init(self, *a, **k):
+        t = time.perf_counter()
+        try:
+            return orig_init(self, *a, **k)
+        finally:
+            if row is not None:
+                row["nbgrader: submission into its gradebook"] += time.perf_counter() - t
+
+    Preprocessor.__call__, Autograde.init_assignment = timed_call, timed_init
+    try:
+        for i, student in enumerate([students[0]] + list(students)):
+            files = cg.submission_files(course / "submitted" / student / section)
+            row = defaultdict(float) if i else None          # the first run is the warm-up
+            t = time.perf_counter()
+            result = cg.grade_task(kit, student, files, due, CELL_TIMEOUT, env=task_env)
+            total = time.perf_counter() - t
+            if row is None:
                 continue
-            t = time.time()
-            client.execute_cell(c, i)
-            meta = c.metadata.get("nbgrader", {})
-            key = ("setup cell" if meta.get("grade_id") == "setup" else "solution cells" if meta.get("solution")
-                   else "visible test cells" if meta.get("grade") else "other")
-            parts[key] += time.time() - t
-    return {"kernel start": round(start, 2), **{k: round(v, 2) for k, v in parts.items()}}
+            t = time.perf_counter()
+            cg.merge_result(course, db_url, course_id, result, late)
+            row["coordinator: merge into the course gradebook"] = time.perf_counter() - t
+            row["task total"] = total
+            row["autograde"] = result["seconds"]["autograde"]
+            rows.append(row)
+    finally:
+        Preprocessor.__call__, Autograde.init_assignment = orig_call, orig_init
+        shutil.rmtree(course, ignore_errors=True)
+    med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in {k for r in rows for k in r}}
+    parts = {
+        "kernel start and stop": med.get("kernel start and stop", 0.0),
+        "imports (setup cell)": med.get("imports (setup cell)", 0.0),
+        "student code (solution cells)": med.get("student code (solution cells)", 0.0),
+        "visible checks (kernel)": med.get("visible checks (kernel)", 0.0),
+        "hidden checks (kernel)": med.get("hidden checks (kernel)", 0.0),
+        "other cells": med.get("other cells", 0.0),
+        "judge (JudgeRecords, nbgrader process)": med.get("JudgeRecords", 0.0),
+        "inputs file (ShareInputs)": med.get("ShareInputs", 0.0),
+        "gradebook (nbgrader: submission, SaveAutoGrades, AssignLatePenalties)":
+            med.get("nbgrader: submission into its gradebook", 0.0) + med.get("SaveAutoGrades", 0.0)
+            + med.get("AssignLatePenalties", 0.0),
+        "other nbgrader preprocessors": sum(v for k, v in med.items() if k in (
+            "ClearOutput", "DeduplicateIds", "OverwriteKernelspec", "OverwriteCells", "CheckCellMetadata",
+            "IgnorePattern", "ClearMetadataPreprocessor", "LimitOutput")),
+        "coordinator: merge into the course gradebook": med.get("coordinator: merge into the course gradebook", 0.0),
+    }
+    accounted = sum(v for k, v in parts.items() if not k.startswith("coordinator"))
+    parts["rest of the task (copies, files, nbgrader's own work)"] = med.get("task total", 0.0) - accounted
+    parts["task total"] = med.get("task total", 0.0)
+    return {"notebooks": len(rows), **{k: round(v, 3) for k, v in parts.items()}}
 
 
 def main(argv=None):
@@ -207,12 +318,13 @@ def main(argv=None):
     ap.add_argument("--per-section", type=int, default=40)
     ap.add_argument("--modes", default="serial,dask1,dask2,cluster")
     ap.add_argument("--out", default=str(HERE / "bench" / "grading_results"))
+    ap.add_argument("--breakdown", type=int, default=10, help="notebooks per section timed part by part")
     ap.add_argument("--report", default=None, help="also write ./course report of the dask2 run here (a folder)")
     args = ap.parse_args(argv)
     from tools.grade import resolve_sections
 
     sections = resolve_sections(args.sections, HERE)
-    modes = args.modes.split(",")
+    modes = [m for m in args.modes.split(",") if m]
     base = Path(tempfile.mkdtemp(prefix="attncourse-gradebench-"))
     results = {"sections": sections, "per_section": args.per_section, "cpus": os.cpu_count(), "modes": {}}
     try:
@@ -251,8 +363,9 @@ def main(argv=None):
                                       "load_after": round(os.getloadavg()[0], 2), "submissions": len(cells),
                                       "same_scores_as_serial": same, **extra}
             print(mode, json.dumps(results["modes"][mode]), flush=True)
-        results["kernel_breakdown"] = {s: kernel_breakdown(template, s) for s in sections}
-        print("breakdown", json.dumps(results["kernel_breakdown"]), flush=True)
+        results["task_breakdown"] = {s: task_breakdown(template, s, _breakdown_students(template, s, args.breakdown))
+                                     for s in sections}
+        print("breakdown", json.dumps(results["task_breakdown"]), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     s = results["modes"].get("serial", {}).get("seconds")
@@ -266,7 +379,7 @@ def main(argv=None):
                      f"{r['same_scores_as_serial'] or ''} |")
     lines += ["", "Per notebook (Dask tasks): " + json.dumps({m: r.get("per_notebook") for m, r in
                                                               results["modes"].items() if r.get("per_notebook")}),
-              "", "One correct notebook run by nbclient (s): " + json.dumps(results.get("kernel_breakdown"))]
+              ""] + breakdown_table(results.get("task_breakdown") or {})
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     Path(args.out + ".json").write_text(json.dumps(results, indent=1))
     print("\n".join(lines))

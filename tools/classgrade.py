@@ -449,12 +449,23 @@ def cluster(workers: int | None = None, scheduler: str | None = None, log=print)
             lc.close()
 
 
+def task_environment(extra_env: dict | None = None) -> tuple[dict, dict]:
+    """(the grading environment, the part of it a task sets on its worker)."""
+    from attncourse.course import grading_env
+
+    env = grading_env(keep=KEEP_ENV, extra=extra_env)
+    task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in (
+        "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}
+    if extra_env and DIE_ENV in extra_env:
+        task_env[DIE_ENV] = extra_env[DIE_ENV]
+    return env, task_env
+
+
 def grade_class(root: Path, sections: list, workers: int | None = None, scheduler: str | None = None,
                 force: bool = False, timeout: int | None = None, task_timeout: float = DEFAULT_TASK_TIMEOUT,
                 students=None, feedback: bool = False, extra_env: dict | None = None, log=print,
                 client=None) -> dict:
     """Grade every (new or changed) submission of ``sections``; return {section: report} (tools.grade format)."""
-    from attncourse.course import grading_env
     from attncourse.sandbox import sandbox_status
 
     root = Path(root)
@@ -463,11 +474,7 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     db_url, course_id = ready(root, sections)
-    env = grading_env(keep=KEEP_ENV, extra=extra_env)
-    task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in (
-        "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}
-    if extra_env and DIE_ENV in extra_env:
-        task_env[DIE_ENV] = extra_env[DIE_ENV]
+    env, task_env = task_environment(extra_env)
     state = {} if force else load_state(root)
     todo, kits, all_students = [], {}, {}
     for section in sections:
