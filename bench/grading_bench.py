@@ -13,7 +13,11 @@ the course from scratch (fresh gradebook), with the same limits (cell timeout 10
 check timeout 5 s, 2 GB per kernel).  Mode ``cluster`` starts a `dask scheduler` and
 two `dask worker --nthreads 1` processes on 127.0.0.1 and grades through
 ``--scheduler``.  The per-cell scores of every Dask mode are compared with the
-serial run's.  Results: bench/grading_results.md and .json.  The machine's load
+serial run's.  Then ``--breakdown`` ordinary notebooks per section (the instructor's and
+known mistakes) are graded once more, one at a time in this process, by the very task a
+worker runs, to show where a notebook's seconds go (kernel start and stop, imports,
+student code, visible and hidden checks, the judge, the gradebooks).  Modes may be
+left out (``--modes ""`` runs only the breakdown).  Results: bench/grading_results.md and .json.  The machine's load
 average is recorded before and after each mode (other work on the machine slows
 the parallel modes most).
 """
@@ -364,7 +368,7 @@ def main(argv=None):
                                       "same_scores_as_serial": same, **extra}
             print(mode, json.dumps(results["modes"][mode]), flush=True)
         results["task_breakdown"] = {s: task_breakdown(template, s, _breakdown_students(template, s, args.breakdown))
-                                     for s in sections}
+                                     for s in sections} if args.breakdown > 0 else {}
         print("breakdown", json.dumps(results["task_breakdown"]), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
