@@ -17,9 +17,9 @@ serial run's.  Then ``--breakdown`` ordinary notebooks per section (the instruct
 known mistakes) are graded once more, one at a time in this process, by the very task a
 worker runs, to show where a notebook's seconds go (kernel start and stop, imports,
 student code, visible and hidden checks, the judge, the gradebooks).  Modes may be
-left out (``--modes ""`` runs only the breakdown).  Results: bench/grading_results.md and .json.  The machine's load
-average is recorded before and after each mode (other work on the machine slows
-the parallel modes most).
+left out (``--modes ""`` runs only the breakdown).  Results: bench/grading_results.md
+and .json.  The machine's load average is recorded before and after each mode (other
+work on the machine slows the parallel modes most).
 """
 from __future__ import annotations
 
@@ -255,7 +255,7 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
         nb, resources = orig_call(self, nb, resources)
         dt = time.perf_counter() - t
         if row is not None:
-            row[type(self).__name__] += dt
+            row["preprocessor " + type(self).__name__] += dt
             if isinstance(self, NotebookClient):  # nbgrader's Execute: kernel start + cells + shutdown
                 cells = defaultdict(float)
                 for c in nb.cells:
@@ -287,12 +287,13 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
             cg.merge_result(course, db_url, course_id, result, late)
             row["coordinator: merge into the course gradebook"] = time.perf_counter() - t
             row["task total"] = total
-            row["autograde"] = result["seconds"]["autograde"]
             rows.append(row)
     finally:
         Preprocessor.__call__, Autograde.init_assignment = orig_call, orig_init
         shutil.rmtree(course, ignore_errors=True)
     med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in {k for r in rows for k in r}}
+    pre = {k.removeprefix("preprocessor "): v for k, v in med.items() if k.startswith("preprocessor ")}
+    named = ("Execute", "JudgeRecords", "ShareInputs", "SaveAutoGrades", "AssignLatePenalties")  # split out below
     parts = {
         "kernel start and stop": med.get("kernel start and stop", 0.0),
         "imports (setup cell)": med.get("imports (setup cell)", 0.0),
@@ -300,14 +301,12 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
         "visible checks (kernel)": med.get("visible checks (kernel)", 0.0),
         "hidden checks (kernel)": med.get("hidden checks (kernel)", 0.0),
         "other cells": med.get("other cells", 0.0),
-        "judge (JudgeRecords, nbgrader process)": med.get("JudgeRecords", 0.0),
-        "inputs file (ShareInputs)": med.get("ShareInputs", 0.0),
+        "judge (JudgeRecords, nbgrader process)": pre.get("JudgeRecords", 0.0),
+        "inputs file (ShareInputs)": pre.get("ShareInputs", 0.0),
         "gradebook (nbgrader: submission, SaveAutoGrades, AssignLatePenalties)":
-            med.get("nbgrader: submission into its gradebook", 0.0) + med.get("SaveAutoGrades", 0.0)
-            + med.get("AssignLatePenalties", 0.0),
-        "other nbgrader preprocessors": sum(v for k, v in med.items() if k in (
-            "ClearOutput", "DeduplicateIds", "OverwriteKernelspec", "OverwriteCells", "CheckCellMetadata",
-            "IgnorePattern", "ClearMetadataPreprocessor", "LimitOutput")),
+            med.get("nbgrader: submission into its gradebook", 0.0) + pre.get("SaveAutoGrades", 0.0)
+            + pre.get("AssignLatePenalties", 0.0),
+        "other nbgrader preprocessors": sum(v for k, v in pre.items() if k not in named),
         "coordinator: merge into the course gradebook": med.get("coordinator: merge into the course gradebook", 0.0),
     }
     accounted = sum(v for k, v in parts.items() if not k.startswith("coordinator"))

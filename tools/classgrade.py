@@ -7,9 +7,10 @@ Design (docs/GRADING.md, "Grading a class"):
 
 * **One task per submission, self-contained and idempotent.**  In: the section's
   *kit* (nbgrader_config.py, source/<section>/, graders/data/<section>.pt, as bytes,
-  sent once as a task of its own, see :class:`KitFutures`), the student id, the files of ``submitted/<student>/<section>/``
-  (notebook and timestamp.txt) and the assignment's due date.  The task builds a
-  scratch course folder with a scratch SQLite gradebook of its own, runs nbgrader's
+  sent once as a task of its own, see :class:`KitFutures`), the student id, the files
+  of ``submitted/<student>/<section>/`` (notebook and timestamp.txt) and the
+  assignment's due date.  The task builds a scratch course folder with a scratch
+  SQLite gradebook of its own, runs nbgrader's
   own ``autograde`` there with the course's config (in-process, through
   :class:`nbgrader.apps.NbGraderAPI`, so a worker pays nbgrader's and torch's imports
   once), and returns the autograded folder's files, the grades, comments and late
@@ -537,6 +538,8 @@ class KitFutures:
     kit is sent again, at most ``tries`` times per section.
     """
 
+    GONE = ("error", "cancelled", "lost")  # future states in which the kit must be sent again
+
     def __init__(self, client, kits: dict, tries: int = 5):
         self.client, self.kits, self.tries = client, kits, tries
         self.futures: dict = {}
@@ -544,7 +547,7 @@ class KitFutures:
 
     def get(self, section: str):
         fut = self.futures.get(section)
-        if fut is None or fut.status in ("error", "cancelled", "lost"):
+        if fut is None or fut.status in self.GONE:
             self.sent[section] = self.sent.get(section, 0) + 1
             fut = self.client.submit(_kit, self.kits[section], pure=False,
                                      key=f"kit-{section}-{os.urandom(4).hex()}")
@@ -554,8 +557,7 @@ class KitFutures:
     def lost(self, section: str, exc: BaseException) -> bool:
         """Did a grading task fail because its kit did (and may the kit be sent again)?"""
         fut = self.futures.get(section)
-        failed = fut is not None and (fut.status in ("error", "cancelled", "lost")
-                                      or str(getattr(exc, "task", "")) == str(fut.key))
+        failed = fut is not None and (fut.status in self.GONE or str(getattr(exc, "task", "")) == str(fut.key))
         if failed:
             self.futures.pop(section, None)
         return failed and self.sent.get(section, 0) < self.tries
