@@ -27,6 +27,7 @@ from .calls import exercises_checked
 from .course import grading_env
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
+VISIBLE = "visible checks (not scored)"
 
 
 def _course_root():
@@ -75,10 +76,17 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         shutil.copy(root / "graders" / "data" / f"{section}.pt", tmp / "graders" / "data" / f"{section}.pt")
         sub = tmp / "submitted" / "me" / section
         sub.mkdir(parents=True)
-        shutil.copy(notebook, sub / f"{section}.ipynb")
+        from .safefiles import MAX_NOTEBOOK_BYTES, Refused, read_regular, write_new
+
+        try:   # the saved file itself, never through a link
+            write_new(sub / f"{section}.ipynb", read_regular(notebook, MAX_NOTEBOOK_BYTES))
+        except Refused as why:
+            raise SystemExit(f"cannot check {notebook}: {why}") from None
         # The learner's own ATTNCOURSE_* settings (device, limits) apply; the copy's course root is tmp.
+        # On their own machine the check runs sandboxed where bubblewrap works, and without it elsewhere.
         keep = tuple(k for k in os.environ if k.startswith("ATTNCOURSE_") and k != "ATTNCOURSE_ROOT")
         env = grading_env(keep=keep, extra={RUNNING_ENV: "1"})
+        env.setdefault("ATTNCOURSE_SANDBOX", "self")
         py = [sys.executable, "-m", "nbgrader"]
         gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
                              capture_output=True, text=True)
@@ -108,7 +116,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         if not meta.get("grade") or cell.get("cell_type") != "code" or gid not in points:
             continue
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        names = exercises_checked(src) or ["visible checks"]
+        names = exercises_checked(src) or [VISIBLE]
         name = ", ".join(names)
         msgs = []
         for o in cell.get("outputs", []):
@@ -140,8 +148,13 @@ def format_result(result: dict) -> str:
     lines = [f"{result['section']}: {result['score']:g} / {result['max_score']:g} points "
              f"(checked in {result['seconds']:g} s)"]
     for ex in result["exercises"]:
-        mark = "✓" if ex["score"] == ex["max_score"] else "✗"
-        lines.append(f"  {mark} {ex['exercise']}: {ex['score']:g} / {ex['max_score']:g}")
+        if ex["exercise"] == VISIBLE:   # no points: say how many of the cells passed
+            bad = sum(1 for c in ex["cells"] if c["messages"])
+            mark = "✓" if not bad else "✗"
+            lines.append(f"  {mark} {VISIBLE}: {len(ex['cells']) - bad} of {len(ex['cells'])} cells passed")
+        else:
+            mark = "✓" if ex["score"] == ex["max_score"] else "✗"
+            lines.append(f"  {mark} {ex['exercise']}: {ex['score']:g} / {ex['max_score']:g}")
         for c in ex["cells"]:
             for m in c["messages"]:
                 lines.append(f"      {c['cell']}: {m}")

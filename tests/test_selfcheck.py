@@ -27,7 +27,7 @@ def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
     """A learner's saved notebook (one exercise wrong) is checked offline, fast, without leaking tests."""
     import nbformat
 
-    from attncourse.selfcheck import check
+    from attncourse.selfcheck import VISIBLE, check
     from corpus._base import WRONG
     from tools.generate import selfstudy_notebook
 
@@ -45,7 +45,7 @@ def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
     sdpa = by_name["scaled_dot_product_attention"]
     assert sdpa["score"] < sdpa["max_score"]
     assert "Most likely cause" in out
-    others = [e for n, e in by_name.items() if n not in ("scaled_dot_product_attention", "visible checks")]
+    others = [e for n, e in by_name.items() if n not in ("scaled_dot_product_attention", VISIBLE)]
     assert others and all(e["score"] == e["max_score"] for e in others), others
     for secret in ("GRADER.check", "BEGIN HIDDEN", "BEGIN SOLUTION"):
         assert secret not in out
@@ -57,3 +57,20 @@ def test_check_cell_is_a_noop_inside_the_checker(monkeypatch, capsys):
     monkeypatch.setenv(RUNNING_ENV, "1")
     assert check(CORPUS_SECTION) is None
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.xdist_group("selfcheck")
+def test_selfcheck_gives_a_trick_no_marks(tmp_path):
+    """The self-check grades through the same judge: a blank notebook plus a hook that claims full marks scores 0."""
+    import nbformat
+
+    from attncourse.selfcheck import run_check
+    from corpus import t_hook_partial_credit
+    from harness import slim
+
+    section = CORPUS_SECTION
+    nb = t_hook_partial_credit.build(slim(read_nb(ROOT / "release" / section / f"{section}.ipynb")))
+    path = tmp_path / f"{section}.ipynb"
+    nbformat.write(nb, str(path))
+    result = run_check(section, path)
+    assert result["max_score"] == 21 and result["score"] == 0, result

@@ -49,7 +49,7 @@ def check_faults(nb) -> list[str]:
 
 
 def _cells_of(root: Path, section: str) -> list[dict]:
-    """The graded cells of the section, in order: grade_id, points, exercises (hidden checks) or 'visible'."""
+    """The scored cells of the section, in order: grade_id, points, exercises (hidden checks) or 'manual'."""
     import nbformat
 
     from attncourse.calls import exercises_checked
@@ -58,8 +58,8 @@ def _cells_of(root: Path, section: str) -> list[dict]:
     out = []
     for c in nb.cells:
         meta = c.metadata.get("nbgrader", {})
-        if not meta.get("grade"):
-            continue
+        if not meta.get("grade") or not float(meta.get("points", 0)):
+            continue   # visible checks carry no points: nothing to report
         exs = exercises_checked(c.source) if c.cell_type == "code" else []
         kind = "hidden" if exs else ("manual" if c.cell_type != "code" else "visible")
         out.append({"cell": meta["grade_id"], "points": float(meta.get("points", 0)), "kind": kind,

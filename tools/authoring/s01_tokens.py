@@ -23,6 +23,12 @@ A Transformer never sees letters. Before any attention happens, text goes throug
 nb.setup("setup", setup_source(SECTION))
 
 nb.md("""
+**How your work is checked.** After each exercise a *visible checks* cell runs a few quick asserts (the
+type, the shape, one easy case): they tell you at once whether you are on track, and they carry no points,
+because they run in your own kernel. Every point comes from the *hidden checks* that follow them: the
+autograder runs your code on inputs you do not see and judges the result outside your kernel, and when
+something is wrong its feedback names the most likely mistake.
+
 ## 1 · Tokens and ids
 
 A **token** is a piece of text the model treats as one unit: here, a word. A **vocabulary** gives each token
@@ -59,7 +65,7 @@ corpus = ["The cat sat on the mat", "The dog sat on the log", "A cat saw a dog"]
 vocab = build_vocab(corpus)
 print(len(vocab), "entries:", vocab)
 """)
-nb.tests("test_build_vocab_visible", 1, """
+nb.tests("test_build_vocab_visible", 0, """
 # Visible checks: special tokens first, ids 0..n-1, every corpus word present.
 _v = build_vocab(["b a", "a c"])
 assert isinstance(_v, dict), "return a dict word -> id"
@@ -68,7 +74,7 @@ assert sorted(_v.values()) == list(range(len(_v))), "ids should be 0, 1, 2, ... 
 assert {"a", "b", "c"} <= set(_v), "every word of the corpus needs an id"
 print("visible vocabulary checks passed")
 """)
-nb.tests("test_build_vocab", 2, hidden(
+nb.tests("test_build_vocab", 3, hidden(
     'GRADER.check("build_vocab", "corpus_a", build_vocab)',
     'GRADER.check("build_vocab", "corpus_b", build_vocab)'))
 
@@ -87,7 +93,7 @@ ids = encode("The zebra sat on the mat", vocab)
 print(ids)
 print(decode(ids + [0, 0], vocab))          # trailing [PAD] ids disappear
 """)
-nb.tests("test_encode_decode_visible", 1, """
+nb.tests("test_encode_decode_visible", 0, """
 # Visible checks on a toy vocabulary: a round trip, and an unknown word.
 _v = {"[PAD]": 0, "[UNK]": 1, "hello": 2, "world": 3}
 assert list(encode("hello world", _v)) == [2, 3], "known words map to their ids"
@@ -95,7 +101,7 @@ assert list(encode("Hello there", _v))[1] == 1, "an unknown word maps to the [UN
 assert decode([2, 3, 0], _v) == "hello world", "decode joins words with spaces and drops [PAD]"
 print("visible encode/decode checks passed")
 """)
-nb.tests("test_encode", 2, hidden(
+nb.tests("test_encode", 3, hidden(
     'GRADER.check("encode", "known", encode)',
     'GRADER.check("encode", "unknown", encode)'))
 nb.tests("test_decode", 2, hidden(
@@ -144,7 +150,7 @@ padded, lengths = pad_batch(batch_ids)
 print(padded)                 # (B=3, max_len)
 print(lengths)                # (3,)
 """)
-nb.tests("test_pad_batch_visible", 1, """
+nb.tests("test_pad_batch_visible", 0, """
 # Visible checks: types and shapes.
 _p, _l = pad_batch([[4, 5], [6]])
 assert isinstance(_p, torch.Tensor) and isinstance(_l, torch.Tensor), "return two tensors (padded, lengths)"
@@ -152,7 +158,7 @@ assert _p.shape == (2, 2) and _l.shape == (2,), f"expected shapes (2, 2) and (2,
 assert _p.dtype == torch.long, "ids are integers: use dtype=torch.long"
 print("visible padding checks passed")
 """)
-nb.tests("test_pad_batch", 2, hidden(
+nb.tests("test_pad_batch", 3, hidden(
     'GRADER.check("pad_batch", "three", pad_batch)',
     'GRADER.check("pad_batch", "pad_id", pad_batch)'))
 
@@ -203,7 +209,7 @@ Return the embeddings of `ids` (any shape, `torch.long`) as **one-hot @ table**:
 vocabulary entry (`table.shape[0]`) and in the table's dtype, on the table's device.
 """)
 nb.solution("embed", EMBED_REF)
-nb.tests("test_embed_visible", 1, """
+nb.tests("test_embed_visible", 0, """
 # Visible checks: shape and dtype.
 _t = torch.randn(5, 3, dtype=torch.float64)
 _e = embed(torch.tensor([[0, 4], [2, 2]]), _t)
@@ -211,7 +217,7 @@ assert _e.shape == (2, 2, 3), f"expected ids.shape + (d_model,) = (2, 2, 3), got
 assert _e.dtype == torch.float64, "keep the table's dtype"
 print("visible embedding checks passed")
 """)
-nb.tests("test_embed", 2, hidden(
+nb.tests("test_embed", 3, hidden(
     'GRADER.check("embed", "batched", embed)',
     'GRADER.check("embed", "float64", embed)'))
 nb.tests("test_embed_dtype_device", 1, hidden(

@@ -100,7 +100,7 @@ axis sums to 1), stable for large inputs such as `[1000, 1001]`. Use `keepdims=T
 broadcast back over the right axis.
 """)
 nb.solution("softmax", SOFTMAX_REF)
-nb.tests("test_softmax_visible", 1, """
+nb.tests("test_softmax_visible", 0, """
 # Visible checks: type, shape, rows sum to 1, no overflow.
 _p = softmax(np.array([[1.0, 2.0, 3.0], [1000.0, 1001.0, 1002.0]]))
 assert isinstance(_p, np.ndarray), "return a NumPy array"
@@ -110,7 +110,7 @@ assert np.isfinite(_p).all(), "large scores overflowed: subtract the max first"
 assert np.allclose(softmax(np.ones((2, 3)), axis=0).sum(axis=0), 1.0), "axis=0 should make each column sum to 1"
 print("visible softmax checks passed")
 """)
-nb.tests("test_softmax", 2, hidden(
+nb.tests("test_softmax", 3, hidden(
     'GRADER.check("softmax", "vector", softmax)',
     'GRADER.check("softmax", "rows", softmax)',
     'GRADER.check("softmax", "axis0", softmax)'))
@@ -310,7 +310,7 @@ nb.solution("output_hand", """
 output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]
 ### END SOLUTION
 """)
-nb.tests("test_hand_visible", 1, """
+nb.tests("test_hand_visible", 0, """
 # Visible checks: shapes and row sums only (the values are checked by hidden tests).
 assert np.shape(scores_hand) == (3, 3), "scores: one row per query, one column per key"
 assert np.shape(scaled_hand) == (3, 3), "scaled scores have the same shape as the scores"
@@ -319,7 +319,7 @@ assert np.allclose(np.sum(weights_hand, axis=1), 1.0, atol=0.02), "each row of w
 assert np.shape(output_hand) == (3, 2), "output: one row per query, d_v columns"
 print("shapes look right")
 """)
-nb.tests("test_scores_hand", 1, hidden('GRADER.check("scores_hand", "value", scores_hand)'))
+nb.tests("test_scores_hand", 2, hidden('GRADER.check("scores_hand", "value", scores_hand)'))
 nb.tests("test_scaled_hand", 1, hidden('GRADER.check("scaled_hand", "value", scaled_hand)'))
 nb.tests("test_weights_hand", 1, hidden('GRADER.check("weights_hand", "value", weights_hand)'))
 nb.tests("test_output_hand", 1, hidden('GRADER.check("output_hand", "value", output_hand)'))
@@ -341,7 +341,7 @@ Return the output `(..., T_q, d_v)` and the weights `(..., T_q, T_k)`, on the in
 (create no tensor on a fixed device).
 """)
 nb.solution("sdpa", SDPA_REF)
-nb.tests("test_sdpa_visible", 1, """
+nb.tests("test_sdpa_visible", 0, """
 # Visible checks: shapes, rows sum to 1, blocked keys get 0.
 _Q, _K, _V = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
 _out, _w = scaled_dot_product_attention(_Q, _K, _V)
@@ -354,7 +354,7 @@ _, _w = scaled_dot_product_attention(_Q, _K, _V, mask=_m)
 assert torch.all(_w[..., -1] == 0), "a blocked key (mask False) must get weight 0"
 print("visible attention checks passed")
 """)
-nb.tests("test_sdpa", 2, hidden(
+nb.tests("test_sdpa", 3, hidden(
     'GRADER.check("scaled_dot_product_attention", "batched", scaled_dot_product_attention)',
     'GRADER.check("scaled_dot_product_attention", "float64", scaled_dot_product_attention)'))
 nb.tests("test_sdpa_masked", 2, hidden(
@@ -408,7 +408,7 @@ Write the attention steps inside `forward` (each exercise is graded on its own, 
 function from Exercise 2).
 """)
 nb.solution("self_attention", SA_REF)
-nb.tests("test_self_attention_visible", 1, """
+nb.tests("test_self_attention_visible", 0, """
 # Visible checks: the contract's parameter names and the shapes.
 _attn = SelfAttention(d_model=16, d_k=8)
 for _name in ("W_q", "W_k", "W_v"):
@@ -420,7 +420,7 @@ assert _out.shape == (2, 6, 8), f"out should be (B, T, d_k) = (2, 6, 8), got {tu
 assert _w.shape == (2, 6, 6), f"weights should be (B, T, T) = (2, 6, 6), got {tuple(_w.shape)}"
 print("visible SelfAttention checks passed")
 """)
-nb.tests("test_self_attention", 3, hidden(
+nb.tests("test_self_attention", 4, hidden(
     'GRADER.check("SelfAttention", "batched", SelfAttention)',
     'GRADER.check("SelfAttention", "masked", SelfAttention)',
     'GRADER.check("SelfAttention", "float64", SelfAttention)'))

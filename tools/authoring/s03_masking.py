@@ -67,7 +67,7 @@ nb.solution("causal_mask", CAUSAL_REF)
 nb.code("""
 print(causal_mask(4).int())
 """)
-nb.tests("test_causal_mask_visible", 1, """
+nb.tests("test_causal_mask_visible", 0, """
 # Visible checks: bool, shape, diagonal, and the device argument.
 _m = causal_mask(4)
 assert _m.dtype == torch.bool, f"return a bool tensor, got {_m.dtype}"
@@ -76,7 +76,7 @@ assert bool(_m.diagonal().all()), "a token may attend to itself"
 assert causal_mask(3, device="meta").device.type == "meta", "create the mask on the requested device"
 print("visible causal mask checks passed")
 """)
-nb.tests("test_causal_mask", 2, hidden(
+nb.tests("test_causal_mask", 3, hidden(
     'GRADER.check("causal_mask", "T5", causal_mask)',
     'GRADER.check("causal_mask", "T1", causal_mask)',
     'GRADER.check("causal_mask", "device_kw", causal_mask)'))
@@ -92,14 +92,14 @@ nb.solution("padding_mask", PAD_REF)
 nb.code("""
 print(padding_mask(torch.tensor([3, 1]), 4).int())
 """)
-nb.tests("test_padding_mask_visible", 1, """
+nb.tests("test_padding_mask_visible", 0, """
 # Visible checks: bool and shape.
 _m = padding_mask(torch.tensor([2, 4, 1]), 4)
 assert _m.dtype == torch.bool, f"return a bool tensor, got {_m.dtype}"
 assert _m.shape == (3, 4), f"expected (B, max_len) = (3, 4), got {tuple(_m.shape)}"
 print("visible padding mask checks passed")
 """)
-nb.tests("test_padding_mask", 2, hidden(
+nb.tests("test_padding_mask", 3, hidden(
     'GRADER.check("padding_mask", "batch", padding_mask)',
     'GRADER.check("padding_mask", "longer", padding_mask)'))
 nb.tests("test_padding_mask_device", 1, hidden('GRADER.check("padding_mask", "meta", padding_mask)'))
@@ -119,13 +119,13 @@ nb.solution("masked_weights_hand", """
 masked_weights_hand = [[1.0, 0.0, 0.0], [0.818, 0.182, 0.0], [0.078, 0.574, 0.348]]
 ### END SOLUTION
 """)
-nb.tests("test_masked_weights_hand_visible", 1, """
+nb.tests("test_masked_weights_hand_visible", 0, """
 # Visible checks: shape and row sums only (the values are checked by hidden tests).
 assert np.shape(masked_weights_hand) == (3, 3), "one row per query, one column per key"
 assert np.allclose(np.sum(masked_weights_hand, axis=1), 1.0, atol=0.02), "each row should sum to 1"
 print("shape and row sums look right")
 """)
-nb.tests("test_masked_weights_hand", 2, hidden('GRADER.check("masked_weights_hand", "value", masked_weights_hand)'))
+nb.tests("test_masked_weights_hand", 3, hidden('GRADER.check("masked_weights_hand", "value", masked_weights_hand)'))
 
 nb.md("""
 ## 4 · Causal and padding together
@@ -140,14 +140,14 @@ Return a bool tensor `(B, T, T)` with `mask[b, i, j] = (j <= i) and (j < lengths
 Write it self-contained (each exercise is graded on its own, so do not call your functions above).
 """)
 nb.solution("combined_mask", COMBINED_REF)
-nb.tests("test_combined_mask_visible", 1, """
+nb.tests("test_combined_mask_visible", 0, """
 # Visible checks: bool and shape.
 _m = combined_mask(torch.tensor([3, 2]), 4)
 assert _m.dtype == torch.bool, f"return a bool tensor, got {_m.dtype}"
 assert _m.shape == (2, 4, 4), f"expected (B, T, T) = (2, 4, 4), got {tuple(_m.shape)}"
 print("visible combined mask checks passed")
 """)
-nb.tests("test_combined_mask", 2, hidden(
+nb.tests("test_combined_mask", 3, hidden(
     'GRADER.check("combined_mask", "batch", combined_mask)',
     'GRADER.check("combined_mask", "single", combined_mask)'))
 nb.tests("test_combined_mask_device", 1, hidden('GRADER.check("combined_mask", "meta", combined_mask)'))
@@ -220,7 +220,7 @@ dtype and device as `scores`: blocked keys get 0, each row's allowed keys follow
 allowed key is all zeros. It must hold for any float dtype and for strongly negative scores.
 """)
 nb.solution("masked_softmax", MSM_REF)
-nb.tests("test_masked_softmax_visible", 1, """
+nb.tests("test_masked_softmax_visible", 0, """
 # Visible checks: shape, blocked keys are 0, allowed keys sum to 1.
 _s = torch.randn(2, 4, 4)
 _w = masked_softmax(_s, torch.ones(4, 4, dtype=torch.bool).tril())
@@ -229,7 +229,7 @@ assert torch.all(_w.triu(1) == 0), "blocked keys must get weight exactly 0"
 assert torch.allclose(_w.sum(-1), torch.ones(2, 4)), "each row with allowed keys should sum to 1"
 print("visible masked softmax checks passed")
 """)
-nb.tests("test_masked_softmax", 2, hidden(
+nb.tests("test_masked_softmax", 3, hidden(
     'GRADER.check("masked_softmax", "causal", masked_softmax)',
     'GRADER.check("masked_softmax", "padding01", masked_softmax)',
     'GRADER.check("masked_softmax", "float64", masked_softmax)'))

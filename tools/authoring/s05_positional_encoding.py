@@ -95,7 +95,7 @@ column of positions and a row of `d_model/2` frequencies and let broadcasting ma
 
 nb.solution("positional_encoding", PE_REF)
 
-nb.tests("test_pe_shapes", 1, """
+nb.tests("test_pe_shapes", 0, """
 _pe = positional_encoding(5, 8)
 assert isinstance(_pe, torch.Tensor) and _pe.shape == (5, 8), "expected a (T, d_model) tensor"
 assert _pe.dtype == torch.float32, "use the default float dtype"
@@ -103,7 +103,7 @@ assert torch.allclose(_pe[0], torch.tensor([0., 1.] * 4)), "position 0 should be
 print("shapes ok")
 """)
 
-nb.tests("test_pe_values", 3, """
+nb.tests("test_pe_values", 4, """
 ### BEGIN HIDDEN TESTS
 GRADER.check("positional_encoding", "table_5x8", positional_encoding)
 GRADER.check("positional_encoding", "one_position", positional_encoding)
@@ -200,7 +200,7 @@ The hidden tests check your values *and* the two properties: lengths preserved, 
 
 nb.solution("apply_rope", ROPE_REF)
 
-nb.tests("test_rope_shapes", 1, """
+nb.tests("test_rope_shapes", 0, """
 _x = torch.randn(2, 3, 5, 8)
 _y = apply_rope(_x)
 assert _y.shape == _x.shape and _y.dtype == _x.dtype, "apply_rope must keep the shape and dtype"
@@ -209,7 +209,7 @@ assert not torch.allclose(_y[..., 1, :], _x[..., 1, :]), "position 1 should be r
 print("shapes ok")
 """)
 
-nb.tests("test_rope_values", 2, """
+nb.tests("test_rope_values", 3, """
 ### BEGIN HIDDEN TESTS
 GRADER.check("apply_rope", "unbatched", apply_rope)
 GRADER.check("apply_rope", "heads", apply_rope)

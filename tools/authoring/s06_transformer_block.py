@@ -113,7 +113,7 @@ device and dtype.
 
 nb.solution("layer_norm", LN_REF)
 
-nb.tests("test_ln_shapes", 1, """
+nb.tests("test_ln_shapes", 0, """
 _y = layer_norm(torch.tensor([[1., 2., 3., 4.]]))
 assert _y.shape == (1, 4), "layer_norm must keep the shape"
 assert abs(_y.mean().item()) < 1e-6, "each row should have mean 0"
@@ -121,7 +121,7 @@ assert torch.isfinite(layer_norm(torch.full((2, 4), 10.0))).all(), "a constant r
 print("shapes ok")
 """)
 
-nb.tests("test_ln_values", 2, """
+nb.tests("test_ln_values", 3, """
 ### BEGIN HIDDEN TESTS
 GRADER.check("layer_norm", "batched", layer_norm)
 GRADER.check("layer_norm", "one_token", layer_norm)
@@ -188,7 +188,7 @@ Contract: `TransformerBlock(d_model=64, n_heads=4, d_ff=None, pre_ln=False)` (`d
 
 nb.solution("transformer_block", BLOCK_REF)
 
-nb.tests("test_block_shapes", 1, """
+nb.tests("test_block_shapes", 0, """
 torch.manual_seed(0)
 _b = TransformerBlock(16, 4)
 assert isinstance(_b.attn, MultiHeadAttention) and isinstance(_b.ffn, nn.Sequential), "use the contract's sub-modules"
@@ -199,7 +199,7 @@ assert TransformerBlock(16, 4, pre_ln=True)(_x, torch.ones(5, 5).tril().bool()).
 print("shapes ok")
 """)
 
-nb.tests("test_block_post_ln", 2, """
+nb.tests("test_block_post_ln", 3, """
 ### BEGIN HIDDEN TESTS
 GRADER.check("TransformerBlock", "post_ln", TransformerBlock)
 GRADER.check("TransformerBlock", "post_ln_causal", TransformerBlock)
@@ -417,13 +417,13 @@ nb.setup("families_given", "# Given: the three answers to choose from (just run 
 
 nb.solution("family", FAMILY_REF)
 
-nb.tests("test_family_format", 1, """
+nb.tests("test_family_format", 0, """
 assert isinstance(family, dict) and sorted(family) == list("abcdef"), "family needs the keys 'a' ... 'f'"
 assert set(family.values()) <= {ENCODER_ONLY, DECODER_ONLY, ENCODER_DECODER}, "use the three given names"
 print("format ok")
 """)
 
-nb.tests("test_family", 2, """
+nb.tests("test_family", 3, """
 ### BEGIN HIDDEN TESTS
 GRADER.check("family", "answers", family)
 ### END HIDDEN TESTS
@@ -448,7 +448,7 @@ scaling by √d_k. `mask` (True/1 = may attend) broadcasts to the weights, e.g. 
 
 nb.solution("cross_attention", CROSS_REF)
 
-nb.tests("test_cross_shapes", 1, """
+nb.tests("test_cross_shapes", 0, """
 torch.manual_seed(0)
 _out, _w = cross_attention(torch.randn(2, 3, 8), torch.randn(2, 5, 8), torch.randn(8, 4), torch.randn(8, 4),
                            torch.randn(8, 6))
@@ -458,7 +458,7 @@ assert torch.allclose(_w.sum(-1), torch.ones(2, 3)), "each decoder token's weigh
 print("shapes ok")
 """)
 
-nb.tests("test_cross_values", 3, """
+nb.tests("test_cross_values", 4, """
 ### BEGIN HIDDEN TESTS
 GRADER.check("cross_attention", "same_length", cross_attention)
 GRADER.check("cross_attention", "batched", cross_attention)

@@ -154,7 +154,7 @@ tests call your function with the shipped MiniLM, on sentences you have not seen
 
 nb.solution("attention_maps", AM_REF)
 
-nb.tests("test_attention_maps_shapes", 1, r"""
+nb.tests("test_attention_maps_shapes", 0, r"""
 _tokens, _attn = attention_maps("Cats sleep.", model, tokenizer)
 assert isinstance(_tokens, list) and all(isinstance(t, str) for t in _tokens), "tokens should be a list of str"
 assert _tokens[0] == "[CLS]" and _tokens[-1] == "[SEP]", \
@@ -168,7 +168,7 @@ assert torch.allclose(_attn.sum(-1), torch.ones(L, H, _T, dtype=_attn.dtype), at
 print("attention_maps: shapes and row sums look right")
 """)
 
-nb.tests("test_attention_maps_short", 2, r"""
+nb.tests("test_attention_maps_short", 3, r"""
 ### BEGIN HIDDEN TESTS
 SHIPPED = load_shipped("float64")   # reference model: always the shipped MiniLM (float64: same on every CPU)
 GRADER.check("attention_maps", "short", attention_maps, model=SHIPPED.model, tokenizer=SHIPPED.tokenizer)
@@ -212,7 +212,7 @@ names the missing token.
 
 nb.solution("strongest_head", SH_REF)
 
-nb.tests("test_strongest_head_toy", 1, r"""
+nb.tests("test_strongest_head_toy", 0, r"""
 _toy = torch.full((2, 3, 4, 4), 0.25)     # (L=2, H=3, T=4, T=4), every weight 0.25
 _toy[1, 2, 1, 3] = 0.9                    # layer 1, head 2: query "b" (row 1) -> key "d" (column 3)
 _toy[0, 1, 3, 1] = 0.95                   # the other direction, "d" -> "b": must not be chosen
@@ -230,7 +230,7 @@ else:
 print("strongest_head: toy checks passed")
 """)
 
-nb.tests("test_strongest_head", 2, r"""
+nb.tests("test_strongest_head", 3, r"""
 ### BEGIN HIDDEN TESTS
 GRADER.check("strongest_head", "coref", strongest_head)
 GRADER.check("strongest_head", "repeated", strongest_head)
@@ -358,7 +358,7 @@ share per layer. An empty group has share 0.
 
 nb.solution("special_token_share", STS_CELL)
 
-nb.tests("test_special_token_share_uniform", 1, r"""
+nb.tests("test_special_token_share_uniform", 0, r"""
 _tok = ["[CLS]", "hi", ",", "there", "[SEP]"]
 _uni = torch.full((2, 3, 5, 5), 1 / 5)          # (L=2, H=3, T=5, T=5): every query spreads evenly
 _s = special_token_share(_uni, _tok)
@@ -369,7 +369,7 @@ assert all(abs(float(x) - 1 / 5) < 1e-6 for v in _s.values() for x in v), \
 print("special_token_share: uniform check passed")
 """)
 
-nb.tests("test_special_token_share", 3, r"""
+nb.tests("test_special_token_share", 4, r"""
 ### BEGIN HIDDEN TESTS
 GRADER.check("special_token_share", "pair", special_token_share)
 GRADER.check("special_token_share", "random", special_token_share)

@@ -109,7 +109,7 @@ logits' device (`F.cross_entropy` takes `(N, V)` logits and `(N,)` targets, and 
 
 nb.solution("next_token_loss", LOSS_REF)
 
-nb.tests("test_loss_sanity", 1, """
+nb.tests("test_loss_sanity", 0, """
 _logits = torch.zeros(2, 4, 12)                               # uniform predictions
 _tokens = torch.tensor([[1, 2, 3, PAD], [4, 5, PAD, PAD]])
 _loss = next_token_loss(_logits, _tokens, PAD)
@@ -118,7 +118,7 @@ assert abs(_loss.item() - math.log(12)) < 1e-5, "uniform logits over 12 tokens s
 print("sanity ok")
 """)
 
-nb.tests("test_loss_values", 2, hidden(
+nb.tests("test_loss_values", 3, hidden(
     'GRADER.check("next_token_loss", "no_padding", next_token_loss)',
     'GRADER.check("next_token_loss", "padded", next_token_loss)',
     'GRADER.check("next_token_loss", "left_padded", next_token_loss)',
@@ -157,7 +157,7 @@ Return the loss (computed before the update) as a Python float. Use the `loss_fn
 
 nb.solution("train_step", STEP_REF)
 
-nb.tests("test_step_sanity", 1, """
+nb.tests("test_step_sanity", 0, """
 torch.manual_seed(0)
 _m = TinyGPT()
 _opt = torch.optim.SGD(_m.parameters(), lr=0.1)
@@ -169,7 +169,7 @@ assert not torch.equal(_before, _m.head.weight), "the parameters did not change:
 print("sanity ok")
 """)
 
-nb.tests("test_step_update", 3, hidden(
+nb.tests("test_step_update", 4, hidden(
     'GRADER.check("train_step", "three_steps", train_probe(train_step))',
     'GRADER.check("train_step", "max_norm", train_probe(train_step))',
     'GRADER.check("train_step", "no_clipping_needed", train_probe(train_step))',
@@ -360,7 +360,7 @@ nb.md("""
 
 nb.solution("sample_next", SAMPLE_REF)
 
-nb.tests("test_sample_sanity", 1, """
+nb.tests("test_sample_sanity", 0, """
 _l = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 1.0]])
 _g = sample_next(_l, temperature=0)
 assert _g.shape == (2,) and _g.dtype == torch.int64, "return one int64 token id per row: shape (B,)"
@@ -373,7 +373,7 @@ assert (sample_next(_l.repeat(50, 1), top_k=1, generator=torch.Generator().manua
 print("sanity ok")
 """)
 
-nb.tests("test_sample_values", 2, hidden(
+nb.tests("test_sample_values", 3, hidden(
     'GRADER.check("sample_next", "greedy", with_seed(sample_next))',
     'GRADER.check("sample_next", "temperature", with_seed(sample_next))',
     'GRADER.check("sample_next", "hot", with_seed(sample_next))',
@@ -418,7 +418,7 @@ Append `n_new` tokens one at a time, feeding the model `ids[:, -model.max_len:]`
 
 nb.solution("generate", GEN_REF)
 
-nb.tests("test_generate_sanity", 1, """
+nb.tests("test_generate_sanity", 0, """
 torch.manual_seed(0)
 _m = TinyGPT(max_len=6).eval()
 _p = torch.tensor([[1, 2, 3], [4, 5, 6]])
@@ -429,7 +429,7 @@ assert torch.equal(_out[:, :3], _p), "the output must start with the prompt"
 print("sanity ok")
 """)
 
-nb.tests("test_generate_values", 2, hidden(
+nb.tests("test_generate_values", 3, hidden(
     'GRADER.check("generate", "short", generation_probe(generate))',
     'GRADER.check("generate", "past_max_len", generation_probe(generate))',
     'GRADER.check("generate", "one_token", generation_probe(generate))',
@@ -490,7 +490,7 @@ causal mask, and return `(output, (K, V))`: the output `(B, h, T_new, d_k)` and 
 
 nb.solution("cached_attention", CACHE_REF)
 
-nb.tests("test_cache_sanity", 1, """
+nb.tests("test_cache_sanity", 0, """
 torch.manual_seed(0)
 _q, _k, _v = torch.randn(3, 1, 2, 5, 4).unbind(0)             # each (B=1, h=2, T=5, d_k=4)
 _full, (_K, _V) = cached_attention(_q, _k, _v)
@@ -503,7 +503,7 @@ assert torch.allclose(torch.cat([_a, _b], dim=2), _full, atol=1e-5), \\
 print("sanity ok")
 """)
 
-nb.tests("test_cache_values", 3, hidden(
+nb.tests("test_cache_values", 4, hidden(
     'GRADER.check("cached_attention", "prefill", cached_attention)',
     'GRADER.check("cached_attention", "decode", cached_attention)',
     'GRADER.check("cached_attention", "chunk", cached_attention)',
