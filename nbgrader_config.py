@@ -24,9 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 c = get_config()  # noqa: F821
 
-# The assignments: one per section, in order (attncourse.course.SECTIONS):
-#   01_tokens, 02_qkv_by_hand, 03_masking, 04_multi_head, 05_positional_encoding,
-#   06_transformer_block, 07_bert_probe.
+# The assignments: one per section, in order (attncourse.course.SECTIONS).
 # `nbgrader generate_assignment NN_name` (or ./course generate) registers each in the gradebook.
 ASSIGNMENTS = list(SECTIONS)
 c.CourseDirectory.root = str(ROOT)
@@ -60,23 +58,30 @@ c.LimitOutput.max_traceback = 40
 
 c.GenerateFeedback.force = True
 
-# Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB,
-# default 4096) and a bubblewrap sandbox wherever bwrap works (ATTNCOURSE_SANDBOX: auto by
-# default, 1 to require it, 0 to turn it off; ./course grade reports which applied).
-# Around Execute: the hidden inputs (never the references) are shared with the kernel, then
-# every record the kernel sent back is judged here, outside it (docs/GRADING.md).
+# Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
+# and a bubblewrap sandbox (no course files, no network, no new processes, an allow-listed environment,
+# size-limited /tmp and working folder). The sandbox is required: where bwrap cannot run, no kernel
+# starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
+# IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the
+# references); JudgeRecords then judges every record here, outside the kernel, sets what nbgrader scores in
+# every grade cell and makes every output safe to render for an instructor (docs/GRADING.md).
 from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
 from nbgrader.preprocessors import (  # noqa: E402
-    AssignLatePenalties, CheckCellMetadata, Execute, IgnorePattern, LimitOutput, SaveAutoGrades,
+    AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
 )
 
-from attncourse.preprocessors import JudgeRecords, ShareInputs  # noqa: E402
+from attncourse.nbgrader_hooks import install as install_link_guards  # noqa: E402
+from attncourse.preprocessors import IsolatedExecute, JudgeRecords  # noqa: E402
 from attncourse.sandbox import configure_nbgrader  # noqa: E402
 
 configure_nbgrader(c, ROOT)
-c.ShareInputs.course_root = str(ROOT)
+install_link_guards()   # nbgrader never follows a link a student put in a submission
+c.IsolatedExecute.course_root = str(ROOT)
 c.JudgeRecords.course_root = str(ROOT)
 c.Autograde.autograde_preprocessors = [
-    ShareInputs, Execute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+    IsolatedExecute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
+# Formgrader and the feedback HTML render notebooks: sanitise any HTML in them (JudgeRecords already keeps
+# only text and raster images in outputs; this covers the templates too).
+c.HTMLExporter.sanitize_html = True

@@ -12,6 +12,11 @@ SECTIONS = [
 ]
 
 
+# The course settings a grading run passes on to nbgrader and its kernels' launcher.
+GRADING_KEEP = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_KERNEL_TMP_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_BWRAP",
+                "ATTNCOURSE_CHECK_TIMEOUT")
+
+
 def grading_env(keep=(), extra=None) -> dict:
     """The environment for an nbgrader subprocess (generate, autograde) and the kernels it starts.
 

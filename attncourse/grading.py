@@ -158,7 +158,14 @@ class Grader:
         inputs = _path_join(_getcwd(), INPUTS_FILE)
         self.autograding = _isfile(inputs)
         self._cases = {}
-        if self.autograding:
+        self._refused = None
+        if not self.autograding and _environ_get("NBGRADER_EXECUTION") == "autograde":
+            # nbgrader is autograding but the course's judge did not share the inputs: its config was not
+            # loaded (or the section has no reference data).  Judging here, in the student's kernel, could be
+            # fooled; every hidden check fails instead.
+            self._refused = ("the course's autograder is not configured (nbgrader_config.py was not loaded, or "
+                             "this section has no reference data): hidden checks cannot be judged")
+        elif self.autograding:
             try:
                 self._cases = _torch_load(inputs, weights_only=True)["cases"]
             except T.Exception_ as exc:  # every check then records the problem; the judge scores it 0
@@ -177,6 +184,8 @@ class Grader:
         """Run ``answer`` (a value, a function or a module class) on a hidden case and report it."""
         __tracebackhide__ = True  # noqa: F841  (IPython shows the message, not grader internals)
         key = f"{exercise}:{case}"
+        if self._refused:
+            raise GradingError(self._refused)
         self._count += 1
         record = {"v": VERSION, "n": self._count, "exercise": exercise, "case": case}
         if self._cases is None:

@@ -1,27 +1,45 @@
-"""nbgrader preprocessors around ``Execute``: the verdict is made here, outside the student's kernel.
+"""nbgrader preprocessors around the kernel: it runs in a scratch folder, and the verdict is made here.
 
-``ShareInputs`` (before ``Execute``) writes the section's hidden *inputs* — the
-stored cases without reference outputs, mistakes' outputs, hints or messages —
-next to the notebook (:data:`attncourse.cases.INPUTS_FILE`); the setup cell's
-:class:`attncourse.grading.Grader` reads it and, for every ``GRADER.check`` call,
-publishes a record of what the student's code gave back.
+``IsolatedExecute`` (replaces nbgrader's ``Execute``) runs the notebook in a kernel
+whose working folder is a private scratch folder, never the folder nbgrader later
+writes the autograded notebook to.  Into that folder it writes the section's hidden
+*inputs* — the stored cases without reference outputs, mistakes' outputs, hints or
+messages (:data:`attncourse.cases.INPUTS_FILE`); the setup cell's
+:class:`attncourse.grading.Grader` reads them and, for every ``GRADER.check`` call,
+publishes a record of what the student's code gave back.  When the kernel has
+stopped the scratch folder is deleted (``shutil.rmtree`` never follows links):
+nothing the kernel wrote comes back, only the notebook's outputs.  Sandboxed, the
+kernel does not even see that folder: it works in a size-limited tmpfs at the same
+path, holding the inputs file read-only (:mod:`attncourse.sandbox`).
 
-``JudgeRecords`` (after ``Execute``, before ``SaveAutoGrades``) deletes that file
-and, for every grade cell that calls ``GRADER.check``, takes the list of checks
-from the cell's *locked* source (restored from the gradebook by nbgrader), requires
+``JudgeRecords`` (after it, before ``SaveAutoGrades``) sets what nbgrader scores.
+For every grade cell that calls ``GRADER.check`` it takes the list of checks from
+the cell's *locked* source (restored from the gradebook by nbgrader), requires
 exactly one record per check, in order, and judges each record against the
 instructor's reference (:func:`attncourse.judge.judge_record`).  The records are
 replaced by what the student may see: ``✓ check`` lines, and for a failed check an
-error output carrying the judge's message, so nbgrader scores the cell 0 and the
-feedback and ``./course grade`` show why.  Missing, extra, repeated or reordered
-records make the cell score 0 with "tampering suspected".
+error output carrying the judge's message.  Then, for every grade cell, it removes
+whatever nbgrader would read as a score that the judge did not put there: an
+``execute_result`` (nbgrader's partial credit) becomes plain display data.  Missing,
+extra, repeated or reordered records make the cell score 0 with "tampering
+suspected".  Visible-check cells are worth 0 points (their verdict is made in the
+kernel, which the student controls): every point comes from the judge.
+
+Finally every output and every markdown cell is made safe to show an instructor:
+formgrader, the feedback HTML and the class report render the autograded notebook,
+so HTML, JavaScript, SVG, widget state and ``javascript:`` links produced while
+grading are removed or escaped (:func:`safe_outputs`, :func:`safe_markdown`).
 """
 from __future__ import annotations
 
+import html
 import os
+import re
+import shutil
+import tempfile
 
 from nbformat.notebooknode import NotebookNode
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
 from .calls import check_calls
@@ -30,6 +48,7 @@ from .judge import judge_record
 from .records import MIME
 
 TAMPERING = "TamperingSuspected"
+SCRATCH_PREFIX = "attncourse-run-"
 _CACHE: dict = {}
 
 
@@ -50,62 +69,185 @@ def reference_data(root: str, section: str):
     return hit[1], hit[2]
 
 
-def _nb_dir(resources):
-    return resources.get("metadata", {}).get("path") or os.getcwd()
-
-
 def _section(resources):
     return (resources.get("nbgrader") or {}).get("assignment")
 
 
-class _CourseRoot(NbGraderPreprocessor):
-    course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
-
+class _CourseRoot:
     def _data(self, resources):
         root = self.course_root or os.getcwd()
         section = _section(resources)
         return reference_data(root, section) if section else None
 
 
-class ShareInputs(_CourseRoot):
-    """Before Execute: the section's hidden inputs (no secrets) next to the notebook."""
+class IsolatedExecute(_CourseRoot, Execute):
+    """nbgrader's Execute, with the kernel working in a private scratch folder that holds only the inputs."""
 
-    def preprocess(self, nb, resources):
+    course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
         import torch
 
-        data = self._data(resources)
-        if data is not None:
-            torch.save(data[1], os.path.join(_nb_dir(resources), INPUTS_FILE))
-        return nb, resources
+        resources = resources if resources is not None else {}
+        meta = resources.setdefault("metadata", {})
+        home = meta.get("path")
+        scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)    # 0700, this account's alone
+        try:
+            data = self._data(resources)
+            if data is not None:
+                torch.save(data[1], os.path.join(scratch, INPUTS_FILE))
+            meta["path"] = scratch                           # nbclient starts the kernel in metadata.path
+            return super().preprocess(nb, resources, km=km)
+        finally:
+            meta["path"] = home
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _stream(text):
     return NotebookNode(output_type="stream", name="stdout", text=text)
 
 
-class JudgeRecords(_CourseRoot):
-    """After Execute: the verdict on every record, bound to the locked cell that asked for it."""
+class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
+    """After the kernel: the verdict on every record, bound to the locked cell that asked for it; safe outputs."""
+
+    course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        try:
-            os.unlink(os.path.join(_nb_dir(resources), INPUTS_FILE))
-        except FileNotFoundError:
-            pass
         data = self._data(resources)
         reference = data[0] if data is not None else None
         for cell in nb.cells:
-            if cell.cell_type != "code":
-                continue
             meta = cell.metadata.get("nbgrader", {})
-            calls = check_calls(cell.source) if meta.get("grade") else []
-            if calls:
-                judge_cell(cell, calls, reference)
-            elif any(MIME in (o.get("data") or {}) for o in cell.get("outputs", [])):
-                # records in a cell that asked for none: dropped (they earn nothing there)
-                cell.outputs = [o for o in cell.outputs if MIME not in (o.get("data") or {})]
+            if cell.cell_type == "code":
+                calls = check_calls(cell.source) if meta.get("grade") else []
+                if calls:
+                    judge_cell(cell, calls, reference)
+                else:   # records in a cell that asked for none earn nothing there
+                    cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
+                cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
+            elif cell.cell_type == "markdown":
+                cell.source = safe_markdown(cell.source)
+                if "attachments" in cell:
+                    cell.attachments = safe_attachments(cell.attachments)
+            elif cell.cell_type == "raw":
+                cell.metadata.pop("format", None)
+                cell.metadata.pop("raw_mimetype", None)
+        nb.metadata.pop("widgets", None)   # widget state comes from the kernel: formgrader would run its JS
         return nb, resources
 
 
+# -- what may be shown to an instructor --------------------------------------------------------------
+SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")
+_B64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
+def safe_outputs(outputs, scored: bool) -> list:
+    """Outputs an instructor's browser can render safely; in a grade cell, none that nbgrader reads as a score.
+
+    Rich outputs keep only plain text and base64 raster images (HTML, JavaScript, SVG, markdown, LaTeX and
+    widget views are dropped, as are output metadata); a grade cell's ``execute_result`` becomes display data,
+    so nbgrader's partial-credit rule (the first ``execute_result``'s number is the score) is never reached.
+    """
+    out = []
+    for o in outputs:
+        kind = o.get("output_type")
+        if kind in ("stream", "error"):
+            out.append(o)
+            continue
+        if kind not in ("display_data", "execute_result"):
+            continue
+        data = {}
+        for mime in SAFE_MIME:
+            value = (o.get("data") or {}).get(mime)
+            if isinstance(value, list):
+                value = "".join(v for v in value if isinstance(v, str))
+            if not isinstance(value, str):
+                continue
+            if mime.startswith("image/") and not _B64.fullmatch(value):
+                continue
+            data[mime] = value
+        if not data:
+            continue
+        if kind == "execute_result" and not scored:
+            out.append(NotebookNode(output_type="execute_result", data=data, metadata={},
+                                    execution_count=o.get("execution_count")))
+        else:
+            out.append(NotebookNode(output_type="display_data", data=data, metadata={}))
+    return out
+
+
+def _spaced(word: str) -> str:
+    return r"\s*".join(re.escape(ch) for ch in word)
+
+
+# a script scheme, with the whitespace (tabs, newlines) that browsers drop from a URL
+_HARMFUL_LINK = re.compile("(?i)(" + "|".join(_spaced(w) for w in ("javascript", "vbscript", "livescript")) + r")\s*:")
+_ENTITY = re.compile(r"&(?=[#A-Za-z])")
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)((?:\s+[^<>]*)?)\s*(/?)>")
+_ATTR = re.compile(r"""([A-Za-z_:][-A-Za-z0-9_:.]*)\s*(?:=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+))?""")
+_MARKDOWN_TAGS = {"b", "br", "code", "del", "details", "em", "i", "img", "kbd", "li", "ol", "p", "pre", "s", "strong",
+                  "sub", "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "u", "ul", "a", "hr",
+                  "h1", "h2", "h3", "h4", "h5", "h6", "span", "div", "blockquote"}
+_MARKDOWN_ATTRS = {"a": {"href", "title"}, "img": {"src", "alt", "title", "width", "height"}}
+_SAFE_URL = re.compile(r"(?i)^(https?://|mailto:|#|data:image/(png|jpeg|gif);base64,)[^\s\"'<>`]*$")
+
+
+def _safe_tag(m) -> str:
+    close, name, attrs, selfclose = m.group(1), m.group(2).lower(), m.group(3) or "", m.group(4)
+    if name not in _MARKDOWN_TAGS:
+        return "&lt;" + m.group(0)[1:]
+    kept = []
+    for key, value in _ATTR.findall(attrs) if not close else []:
+        key = key.lower()
+        value = value[1:-1] if value[:1] in "\"'" and len(value) >= 2 else value
+        if key not in _MARKDOWN_ATTRS.get(name, ()):
+            continue
+        if key in ("href", "src") and not _SAFE_URL.match(value):
+            continue
+        if key in ("width", "height") and not value.isdigit():
+            continue
+        kept.append(f' {key}="{html.escape(value, quote=True)}"')
+    return f"<{close}{name}{''.join(kept)}{' /' if selfclose else ''}>"
+
+
+def safe_markdown(source) -> str:
+    """Markdown whose raw HTML keeps a few harmless tags (rebuilt, no event handlers, no style) and no script links.
+
+    Every ``<`` that could open a tag, a comment or a declaration is escaped unless it opens an allowed tag,
+    which is rebuilt from its allowed attributes; entities cannot spell a scheme (``&`` before a name or ``#``
+    is escaped), and ``javascript:``-like schemes lose their colon (``%3A``).  Text without those characters is unchanged.
+    """
+    text = source if isinstance(source, str) else "".join(source)
+    text = _ENTITY.sub("&amp;", text)
+    out, pos = [], 0
+    for start in _TAG_START.finditer(text):
+        i = start.start()
+        if i < pos:
+            continue
+        out.append(text[pos:i])
+        m = _TAG.match(text, i)
+        if m:
+            out.append(_safe_tag(m))
+            pos = m.end()
+        else:
+            out.append("&lt;")
+            pos = i + 1
+    out.append(text[pos:])
+    return _HARMFUL_LINK.sub(lambda m: m.group(1) + "%3A", "".join(out))   # no longer a scheme: a relative URL
+
+
+def safe_attachments(attachments) -> dict:
+    """A markdown cell's attachments, raster images only."""
+    out = {}
+    for name, bundle in (attachments or {}).items():
+        kept = {k: v for k, v in (bundle or {}).items()
+                if k in SAFE_MIME[1:] and isinstance(v, str) and _B64.fullmatch(v)}
+        if kept:
+            out[str(name)] = kept
+    return out
+
+
+# -- the verdict ----------------------------------------------------------------------------------------
 def judge_cell(cell, calls, reference) -> None:
     """Replace the records in ``cell`` by verdicts; add an error output when any check failed."""
     outputs, records = [], []

@@ -168,10 +168,11 @@ def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | No
     course.generate(section)
     source = slim(course.source_nb(section))
     cell_by_id(source, CORPUS_CELL)  # the section keeps this grade_id
+    release = slim(course.release_nb(section))
     cases = corpus_cases(batch)
     course.submit("correct", section, source)
     for name, mod in cases.items():
-        nb = copy.deepcopy(source)
+        nb = copy.deepcopy(release if getattr(mod, "FROM", "source") == "release" else source)
         if getattr(mod, "SDPA", None):
             nb = with_cells(nb, {CORPUS_CELL: mod.SDPA})
         fname = None
@@ -179,14 +180,31 @@ def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | No
             nb = mod.build(nb)
             if isinstance(nb, tuple):
                 fname, nb = nb
-        course.submit(name, section, nb, name=fname)
+        path = course.submit(name, section, nb, name=fname)
+        if hasattr(mod, "extra_files"):   # files beside the notebook (links, big files) as a student can ship them
+            mod.extra_files(course.root, path.parent)
     if batch == "tamper":  # each trick's honest base: the same code without the trick
-        for key, make in corpus_bases(cases, source).items():
+        for key, make in corpus_bases(cases, source, release).items():
             course.submit(key, section, make())
     env = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "30"}
     env.update(extra_env or {})
+    course.submitted_before = tree_hashes(course.root / "submitted")
     report = grade(section, course.root, timeout=timeout, log=lambda *a: None, extra_env=env)
     return course, source, cases, report
+
+
+def tree_hashes(folder: Path) -> dict:
+    """relative path -> sha256 of every file (links as 'link -> target') under ``folder``, links not followed."""
+    import hashlib
+    import os
+
+    out = {}
+    for dirpath, _, files in os.walk(folder):
+        for name in files:
+            p = Path(dirpath) / name
+            rel = str(p.relative_to(folder))
+            out[rel] = f"link -> {os.readlink(p)}" if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
 
 
 def base_student(mod) -> str:
@@ -195,7 +213,7 @@ def base_student(mod) -> str:
     return "correct" if key == "correct" else f"base_{key}"
 
 
-def corpus_bases(cases: dict, source) -> dict:
+def corpus_bases(cases: dict, source, release=None) -> dict:
     """student id -> a function building that honest base submission (one per distinct base)."""
     from corpus._base import WRONG
 
@@ -205,7 +223,8 @@ def corpus_bases(cases: dict, source) -> dict:
         if student == "correct" or student in out:
             continue
         if hasattr(mod, "base"):
-            out[student] = functools.partial(mod.base, copy.deepcopy(source))
+            start = release if getattr(mod, "FROM", "source") == "release" else source
+            out[student] = functools.partial(mod.base, copy.deepcopy(start))
         else:
             out[student] = functools.partial(with_cells, source, {CORPUS_CELL: getattr(mod, "BASE_SDPA", WRONG)})
     return out

@@ -38,6 +38,12 @@ ANSWERS = {  # a student's own written answers to section 07's manually graded q
     "qkv_words": "A query is what a token looks for, a key what it offers; the softmax of their scaled "
                  "dot products weights the values, which carry the content.",
 }
+# a student whose notebook tries to run script in the instructor's browser (formgrader renders it)
+XSS_ANSWER = ("Mallory's analysis <script>window.PWNED = 1</script><img src=x onerror='window.PWNED = 2'> "
+              "[more](javascript:window.PWNED=3)")
+XSS_CELL = ("from IPython.display import HTML, Javascript, display\n"
+            "display(HTML(\"<img src=x onerror='window.PWNED = 4'><script>window.PWNED = 5</script>\"))\n"
+            "display(Javascript('window.PWNED = 6'))")
 
 
 def _correct_sdpa() -> str:
@@ -133,6 +139,9 @@ class ClassGrading:
             release = course.release_nb(MANUAL)
             course.submit("alice", MANUAL, student_work(release, MANUAL, replace=ANSWERS))
             course.submit("bob", MANUAL, release)  # handed in untouched
+            mallory = student_work(release, MANUAL, replace={**ANSWERS, "analysis": XSS_ANSWER})
+            mallory.cells.insert(2, nbformat.v4.new_code_cell(XSS_CELL))
+            course.submit("mallory", MANUAL, mallory)
             out = course.root / "grade-report.json"
             # what `./course grade 07_bert_probe --root DIR` runs once the environment is set up
             cmd = [sys.executable, "-m", "tools.grade", MANUAL, "--root", str(course.root), "--json", str(out)]
@@ -319,10 +328,10 @@ def test_instructor_formgrader_lists_scores_and_records_a_manual_grade(lab, cour
     row = fg.locator("tr").filter(has_text=MANUAL)
     row.wait_for()
     shot(page, test, "1-assignments")
-    # the course's gradebook: both submissions of section 07
-    row.get_by_role("link", name="2", exact=True).click()
+    # the course's gradebook: the three submissions of section 07
+    row.get_by_role("link", name="3", exact=True).click()
     students = graded_class["students"]
-    assert set(students) == {"alice", "bob"}, students
+    assert set(students) == {"alice", "bob", "mallory"}, students
     for student, entry in students.items():
         srow = fg.locator("tr").filter(has_text=student)
         srow.locator("td.score").filter(has_text="/").wait_for()
@@ -349,6 +358,21 @@ def test_instructor_formgrader_lists_scores_and_records_a_manual_grade(lab, cour
         grade = gb.find_grade("analysis", MANUAL, MANUAL, "alice")
         assert grade.manual_score == 2 and grade.score == 2, (grade.manual_score, grade.score)
         assert gb.find_submission(MANUAL, "alice").score == students["alice"]["score"] + 2
+
+    # mallory's notebook, as formgrader shows it: her words are there, none of her script ran
+    page.goto(lab.url("lab"))
+    page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+    page.get_by_role("menuitem", name="Formgrader", exact=True).click()
+    fg = _formgrader(page)
+    fg.locator("tr").filter(has_text=MANUAL).get_by_role("link", name="3", exact=True).click()
+    fg.locator("tr").filter(has_text="mallory").get_by_role("link").first.click()
+    fg.locator("tr").filter(has_text=MANUAL).get_by_role("link", name=MANUAL).click()
+    fg.locator("input#analysis").wait_for()
+    assert "Mallory's analysis" in fg.locator("body").inner_text()
+    page.wait_for_timeout(1000)
+    shot(page, test, "4-mallory")
+    ran = [f.evaluate("() => window.PWNED === undefined ? null : window.PWNED") for f in page.frames]
+    assert ran == [None] * len(page.frames), ran
 
 
 # -- the class report -----------------------------------------------------------------------------

@@ -16,23 +16,30 @@ from pathlib import Path
 
 import pytest
 
-from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, slim, with_cells
+from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, slim, tree_hashes, with_cells
 
 pytestmark = pytest.mark.xdist_group("classgrade")
 SECTION = CORPUS_SECTION
 
 
 def _class(course: Course):
-    """The same submissions in any course folder."""
-    from corpus import f_kernel_dies
+    """The same submissions in any course folder: ordinary ones, faults, and two tricks (tests/corpus)."""
+    import copy
+
+    from corpus import f_kernel_dies, t_hook_partial_credit, t_link_overwrite, t_link_reference
     from corpus._base import WRONG
 
     src = slim(course.source_nb(SECTION))
+    release = slim(course.release_nb(SECTION))
     subs = {"good": src, "wrong": with_cells(src, {CORPUS_CELL: WRONG}),
             "dies": with_cells(src, {CORPUS_CELL: f_kernel_dies.SDPA}),
-            "late": with_cells(src, {CORPUS_CELL: WRONG}), "notjson": "{ not json"}
+            "late": with_cells(src, {CORPUS_CELL: WRONG}), "notjson": "{ not json",
+            # a blank release + a hook claiming full marks; links planted in the submission and by the kernel
+            "hook": t_hook_partial_credit.build(copy.deepcopy(release)), "blank": release,
+            "links": with_cells(src, {CORPUS_CELL: t_link_overwrite.SDPA + t_link_reference.SDPA})}
     for student, nb in subs.items():
         course.submit(student, SECTION, nb)
+    t_link_reference.extra_files(course.root, course.root / "submitted" / "links" / SECTION)
     (course.root / "submitted" / "late" / SECTION / "timestamp.txt").write_text("2026-12-05 12:00:00.000000 UTC")
     return subs
 
@@ -80,6 +87,7 @@ def runs(tmp_path_factory, client):
     serial.generate(SECTION)
     _set_duedate(serial)
     _class(serial)
+    serial.submitted_before = tree_hashes(serial.root / "submitted")
     serial.autograde(SECTION, check=False)
 
     par = Course(tmp / "dask", [SECTION])
@@ -87,6 +95,7 @@ def runs(tmp_path_factory, client):
     _set_duedate(par)
     _class(par)
     par.submit("worker_dies", SECTION, slim(par.source_nb(SECTION)))
+    par.submitted_before = tree_hashes(par.root / "submitted")
     reports = grade_class(par.root, [SECTION], client=client, feedback=True, log=lambda *a: None,
                           extra_env={"ATTNCOURSE_CLASSGRADE_DIE_FOR": "worker_dies"})
     return serial, par, reports[SECTION]
@@ -97,7 +106,7 @@ def test_dask_gradebook_matches_plain_nbgrader_autograde(runs):
     a = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
     b = _snapshot(f"sqlite:///{par.root / 'gradebook.db'}")
     b.pop("worker_dies", None)
-    assert set(a) == {"good", "wrong", "dies", "late", "notjson"}, set(a)
+    assert set(a) == {"good", "wrong", "dies", "late", "notjson", "hook", "blank", "links"}, set(a)
     assert a == b
     assert a["good"]["score"] == report["students"]["good"]["max_score"] > 0
     assert 0 < a["wrong"]["score"] < a["good"]["score"]
@@ -107,6 +116,59 @@ def test_dask_gradebook_matches_plain_nbgrader_autograde(runs):
         pb = par.root / "autograded" / s / SECTION / f"{SECTION}.ipynb"
         assert pa.is_file() and pb.is_file(), s
         assert serial.messages(SECTION, s) == par.messages(SECTION, s), s
+
+
+def test_tricks_earn_nothing_on_either_path(runs):
+    """Serial nbgrader and the Dask engine alike: the hook scores what the blank release scores, the links what
+    the same wrong code scores; no submission changed, the gradebook whole, nothing linked in autograded/."""
+    serial, par, report = runs
+    for course in (serial, par):
+        got = _snapshot(f"sqlite:///{course.root / 'gradebook.db'}")
+        assert got["hook"]["score"] == got["blank"]["score"] == 0, (got["hook"]["score"], got["blank"]["score"])
+        assert got["links"]["score"] <= got["wrong"]["score"] < got["good"]["score"]
+        assert tree_hashes(course.root / "submitted") == course.submitted_before
+        links = [p for p in (course.root / "autograded").rglob("*") if p.is_symlink()]
+        assert not links, links
+    reasons = " ".join(report["students"]["links"]["reasons"])
+    assert "ref.pt links outside the submission" in reasons, reasons
+
+
+def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
+    """A task builds its scratch course from the kit in memory: a kit template rewritten on disk between runs
+    (the old cache in the temp folder) changes no verdict; nothing of the kits is left on disk."""
+    import glob
+    import tempfile
+
+    import nbformat
+
+    from tools.classgrade import files_hash, grade_task, make_kit, submission_files, task_environment
+
+    _, par, _ = runs
+    kit = make_kit(par.root, SECTION)
+    left = glob.glob(os.path.join(tempfile.gettempdir(), f"attncourse-kit-{SECTION}-*"))   # the private build folders
+    assert not left, f"a kit left on disk: {left}"
+    _, env = task_environment({"ATTNCOURSE_CHECK_TIMEOUT": "30"})
+    wrong = submission_files(par.root, "wrong", SECTION)
+    before = grade_task(kit, "wrong", wrong, env=env)
+    # the old cache's folder, rewritten as a kernel could have: the reference says the wrong answer is right
+    poisoned = Path(tempfile.gettempdir()) / f"attncourse-kit-{os.getuid()}-{SECTION}-{kit['hash'][:20]}"
+    poisoned.mkdir(exist_ok=True)
+    try:
+        for name, data in kit["files"].items():
+            p = poisoned / name
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+        (poisoned / "gradebook.db").write_bytes(b"")
+        (poisoned / "graders" / "data" / f"{SECTION}.pt").write_bytes(b"not the reference")
+        after = grade_task(kit, "wrong", wrong, env=env)
+    finally:
+        shutil.rmtree(poisoned, ignore_errors=True)
+    score = lambda r: sum(g["auto_score"] or 0 for nb in r["gradebook"]["notebooks"].values()  # noqa: E731
+                          for g in nb["grades"].values())
+    assert before["success"] and after["success"] and score(after) == score(before) > 0
+    assert before["hash"] == after["hash"] == files_hash(wrong)
+    nb = nbformat.reads(after["files"][f"{SECTION}.ipynb"].decode(), as_version=4)
+    assert any("Most likely cause" in str(c.get("outputs")) for c in nb.cells)
 
 
 def test_report_names_faults_and_mistakes(runs):
@@ -149,7 +211,7 @@ def test_class_report(runs):
     with (out / "mistakes.csv").open() as f:
         mistakes = list(csv.DictReader(f))
     top = mistakes[0]
-    assert "not divided by" in top["most_likely_cause"] and top["student_ids"].split() == ["late", "wrong"], mistakes
+    assert "not divided by" in top["most_likely_cause"] and top["student_ids"].split() == ["late", "links", "wrong"], mistakes
     with (out / "faults.csv").open() as f:
         faults = {(r["student"], r["fault"].split(" (")[0]) for r in csv.DictReader(f)}
     assert ("worker_dies", "grading failed: worker died") in faults

@@ -12,6 +12,7 @@ its honest base (the same code without the trick): the trick adds zero marks, ce
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -67,6 +68,95 @@ def test_reading_the_reference_from_disk_needs_the_sandbox(batch):
 def test_report_flags_tampering(batch):
     _, _, cases, report = batch
     unflagged = [n for n in cases if not any("tampering suspected" in r for r in report["students"][n]["reasons"])
-                 and n not in ("t_system_exit", "t_os_exit")]
+                 and n not in ("t_system_exit", "t_os_exit", "t_big_files")]
     assert not unflagged, unflagged
     assert not any("tampering" in r for r in report["students"]["correct"]["reasons"])
+
+
+def test_no_trick_touches_other_students_or_the_gradebook(batch):
+    """Links planted in a submission or by a kernel: every submission and the gradebook are as they were."""
+    from harness import tree_hashes
+
+    course, _, _, report = batch
+    assert tree_hashes(course.root / "submitted") == course.submitted_before
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}") as gb:
+        graded = {s.student.id for s in gb.find_assignment("02_qkv_by_hand").submissions}
+    assert graded >= set(report["students"]) - {"t_renamed"}, set(report["students"]) - graded
+    assert os.access(course.root / "gradebook.db", os.W_OK)
+    victim = course.autograded_nb("02_qkv_by_hand", "correct")          # still the victim's own notebook
+    assert report["students"]["correct"]["score"] == report["students"]["correct"]["max_score"]
+    assert any("GRADER.check" in c.source for c in victim.cells)
+
+
+def test_nothing_a_kernel_writes_comes_back(batch):
+    """Only the notebook (and what the student submitted, regular files only) is in autograded/."""
+    course, _, cases, report = batch
+    for name in cases:
+        folder = course.root / "autograded" / name / "02_qkv_by_hand"
+        if not folder.is_dir():
+            continue
+        names = sorted(p.name for p in folder.iterdir())
+        assert set(names) <= {"02_qkv_by_hand.ipynb", "timestamp.txt"}, (name, names)
+        assert not any(p.is_symlink() for p in folder.rglob("*")), name
+        assert sum(p.stat().st_size for p in folder.rglob("*")) < 5_000_000, name
+
+
+SAFE = {"text/plain", "image/png", "image/jpeg", "image/gif"}
+
+
+def test_outputs_shown_to_instructors_are_safe(batch):
+    """No HTML, JavaScript or SVG from grading in the autograded notebook; no script in the feedback page."""
+    import re
+    from html.parser import HTMLParser
+
+    course, _, _, _ = batch
+    section = "02_qkv_by_hand"
+    nb = course.autograded_nb(section, "t_html_output")
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            assert set(o.get("data", {})) <= SAFE, o.get("data", {}).keys()
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                assert o["output_type"] != "execute_result"
+    course.nbgrader("generate_feedback", section, "--student=t_html_output", "--force")
+    page = (course.root / "feedback" / "t_html_output" / section / f"{section}.html").read_text()
+
+    class Scripts(HTMLParser):
+        bad: list = []
+        in_script = False
+
+        def handle_starttag(self, tag, attrs):
+            self.in_script = tag == "script"
+            for k, v in attrs:
+                url = re.sub(r"[\t\n\r]", "", v or "")          # what a browser drops from a URL
+                scheme = re.match(r"\s*([a-zA-Z][a-zA-Z0-9+.-]*):", url)
+                if k.startswith("on") or k == "srcdoc" or (
+                        k in ("href", "src") and scheme and scheme.group(1).lower() not in ("http", "https", "data")):
+                    self.bad.append((tag, k, v))
+
+        def handle_data(self, data):
+            if self.in_script and "PWNED" in data:
+                self.bad.append(("script", data[:80]))
+
+    parser = Scripts()
+    parser.feed(page)
+    assert not parser.bad, parser.bad
+    assert "My notes" in page      # the student's markdown is shown, as text
+
+
+def test_honest_code_raises_no_flag():
+    """The source scan never flags a reference solution, a known mistake or a correct variant of any section."""
+    import re
+
+    from graders import available_sections, load_section
+    from tools.grade import TAMPER_PATTERNS, ast_flags
+
+    flagged = []
+    for section in available_sections():
+        for ex in load_section(section).exercises:
+            for code in [ex.reference or ""] + [m.code for m in ex.mistakes] + [v.code for v in ex.variants]:
+                hits = ast_flags(code) + [why for pat, why in TAMPER_PATTERNS if re.search(pat, code)]
+                if hits:
+                    flagged.append((section, ex.name, hits))
+    assert not flagged, flagged

@@ -60,7 +60,7 @@ STATE_DIR = ".classgrade"
 DEFAULT_TASK_TIMEOUT = 900
 DIE_ENV = "ATTNCOURSE_CLASSGRADE_DIE_FOR"   # test hook: the worker grading this student dies (os._exit)
 SCHEDULER_ENV = "ATTNCOURSE_DASK_SCHEDULER"
-KEEP_ENV = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_CHECK_TIMEOUT")
+from attncourse.course import GRADING_KEEP as KEEP_ENV  # noqa: E402
 
 
 class CourseError(RuntimeError):
@@ -101,13 +101,14 @@ def make_kit(root: Path, section: str) -> dict:
     return {"section": section, "files": files, "hash": h.hexdigest()}
 
 
-def submission_files(folder: Path, max_kb: int = 2000) -> dict:
-    """The files of one submission folder (nbgrader skips files over max_file_size too)."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and ".ipynb_checkpoints" not in p.parts and p.stat().st_size <= max_kb * 1024:
-            out[str(p.relative_to(folder))] = p.read_bytes()
-    return out
+def submission_files(root: Path, student: str, section: str, max_kb: int = 2000) -> dict:
+    """The regular files of ``submitted/<student>/<section>/``, read without following a link (links, special
+    files and files over ``max_kb`` are left out; the report's prescan names them)."""
+    from attncourse.safefiles import read_tree
+    from tools.grade import submission_folder
+
+    folder = submission_folder(root, student, section)
+    return read_tree(folder, max_file_bytes=max_kb * 1024).files if folder is not None else {}
 
 
 def files_hash(files: dict) -> str:
@@ -123,10 +124,10 @@ _LOCK = threading.Lock()
 
 
 def _write_files(base: Path, files: dict):
-    for rel, data in files.items():
-        p = base / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
+    """Write a tree of files into ``base`` (replaced), no name leaving it, nothing written through a link."""
+    from attncourse.safefiles import write_tree
+
+    write_tree(base, files)
 
 
 def _api(folder: Path, timeout: int | None):
@@ -143,32 +144,34 @@ def _api(folder: Path, timeout: int | None):
     return NbGraderAPI(cd, config=cfg), cd
 
 
-def _template(kit: dict) -> Path:
-    """A scratch course for the kit with the assignment generated: once per kit and machine.
+def _template(kit: dict) -> dict:
+    """The scratch course of a kit with its assignment generated, as files in this worker's memory.
 
-    Content-addressed (the kit's hash names the folder), built in a private folder and
-    renamed into place, so workers on one machine, and workers restarted after a death,
-    share it without a lock.
+    ``generate_assignment`` runs once per kit and worker process, in a private folder that is deleted at
+    once; tasks get fresh copies of the files from memory.  Nothing on disk is reused between tasks, so
+    nothing a kernel could reach (an unsandboxed one can reach this account's files) can change how a later
+    submission is judged.
     """
     with _LOCK:
         hit = _TEMPLATES.get(kit["hash"])
-        if hit is not None and (hit / "gradebook.db").is_file():
+        if hit is not None:
             return hit
-        final = Path(tempfile.gettempdir()) / f"attncourse-kit-{os.getuid()}-{kit['section']}-{kit['hash'][:20]}"
-        if not (final / "gradebook.db").is_file():
-            folder = Path(tempfile.mkdtemp(prefix=f"attncourse-kit-{kit['section']}-"))
+        from attncourse.safefiles import read_tree
+
+        folder = Path(tempfile.mkdtemp(prefix=f"attncourse-kit-{kit['section']}-"))
+        try:
             _write_files(folder, kit["files"])
             api, _ = _api(folder, None)
             res = api.generate_assignment(kit["section"], force=True, create=True)
             if not res.get("success"):
                 raise RuntimeError("generate_assignment failed in the scratch course:\n"
                                    + (res.get("log") or "") + (res.get("error") or ""))
-            try:
-                os.rename(folder, final)
-            except OSError:  # another worker got there first: use its copy
-                shutil.rmtree(folder, ignore_errors=True)
-        _TEMPLATES[kit["hash"]] = final
-        return final
+            tree = read_tree(folder, max_file_bytes=1 << 30, max_files=10_000)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        _TEMPLATES.clear()     # one kit per section at a time is plenty
+        _TEMPLATES[kit["hash"]] = tree.files
+        return tree.files
 
 
 @contextlib.contextmanager
@@ -240,6 +243,8 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
     env = dict(env or {})
     if env.get(DIE_ENV) == student:
         os._exit(70)  # test hook: a worker that dies while grading
+    for k in KEEP_ENV:   # this run's settings, not those of an earlier run on the same worker
+        os.environ.pop(k, None)
     os.environ.update({k: v for k, v in env.items() if k != DIE_ENV})
     bindir = os.path.dirname(sys.executable)  # nbgrader runs alembic from PATH when it creates a gradebook
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
@@ -248,12 +253,19 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
            "worker_pid": os.getpid(), "success": False, "faults": [], "files": {}, "feedback": {}}
     work = None
     try:
+        from attncourse.sandbox import sandbox_status
+
+        sandboxed, line = sandbox_status()
+        if sandboxed is None:   # this worker cannot sandbox its kernels: it grades nothing
+            import socket
+
+            out["faults"].append(f"not graded on worker {socket.gethostname()}: {line}")
+            return out
         tmpl = _template(kit)
         t_setup = time.time()
         work = Path(tempfile.mkdtemp(prefix="attncourse-task-"))
-        for name in ("nbgrader_config.py", "source", "graders", "gradebook.db"):
-            src = tmpl / name
-            (shutil.copytree if src.is_dir() else shutil.copy)(src, work / name)
+        _write_files(work, {k: v for k, v in tmpl.items() if k.split("/")[0] in
+                            ("nbgrader_config.py", "source", "graders", "gradebook.db")})
         _write_files(work / "submitted" / student / section, files)
         api, cd = _api(work, timeout)
         if duedate:
@@ -313,16 +325,14 @@ def _merge(root, db_url, course_id, result, late_plugin):
     entry = result.get("gradebook")
     if entry is None and not result.get("files"):
         return  # nothing came back (a dead worker): what an earlier run wrote stays as it was
+    from attncourse.safefiles import remove
+
     dest = Path(root) / "autograded" / student / section
-    if dest.exists():
-        shutil.rmtree(dest)
+    remove(dest)
     if result.get("files"):
         _write_files(dest, result["files"])
     if result.get("feedback"):
-        fdest = Path(root) / "feedback" / student / section
-        if fdest.exists():
-            shutil.rmtree(fdest)
-        _write_files(fdest, result["feedback"])
+        _write_files(Path(root) / "feedback" / student / section, result["feedback"])
     if entry is None:
         return
     from datetime import datetime
@@ -476,6 +486,9 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     db_url, course_id = ready(root, sections)
     env, task_env = task_environment(extra_env)
+    sandboxed, sandbox_line = sandbox_status(env)
+    if sandboxed is None:
+        raise CourseError(sandbox_line)
     state = {} if force else load_state(root)
     todo, kits, all_students = [], {}, {}
     for section in sections:
@@ -489,7 +502,7 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         due = _duedate(db_url, course_id, section)
         have = _graded_in_gradebook(db_url, course_id, section)
         for s in names:
-            files = submission_files(root / "submitted" / s / section)
+            files = submission_files(root, s, section)
             prev = state.get(section, {}).get(s)
             if (prev and prev.get("hash") == files_hash(files) and prev.get("kit") == kits[section]["hash"]
                     and s in have):
@@ -502,7 +515,6 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         with ctx as cl:
             _run(cl, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late, state,
                  results, log)
-    sandboxed, sandbox_line = sandbox_status(env)
     reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
@@ -538,7 +550,7 @@ class KitFutures:
     kit is sent again, at most ``tries`` times per section.
     """
 
-    GONE = ("error", "cancelled", "lost")  # future states in which the kit must be sent again
+    GONE = ("error", "cancelled")  # future states in which the kit must be sent again ("lost": the scheduler recomputes it)
 
     def __init__(self, client, kits: dict, tries: int = 5):
         self.client, self.kits, self.tries = client, kits, tries

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attncourse.course import grading_env  # noqa: E402
+from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env  # noqa: E402
 
 # Student code (any cell that is not locked) that tries to trick the checks.
 TAMPER_PATTERNS = [
@@ -54,7 +55,69 @@ TAMPER_PATTERNS = [
      "forges grader records or looks for the reference data"),
 ]
 
+# What Python's parser sees in a student cell, whatever the spacing, comments or aliases (import os as o).
+SUSPECT_ATTRIBUTES = {
+    "displayhook": "writes a result the autograder could read as a score (sys.displayhook)",
+    "display_pub": "writes a result the autograder could read as a score (display_pub)",
+    "events": "registers IPython hooks around later cells",
+    "input_transformers_cleanup": "rewrites later cells (IPython input transformers)",
+    "input_transformers_post": "rewrites later cells (IPython input transformers)",
+    "ast_transformers": "rewrites later cells (IPython AST transformers)",
+    "clear_output": "clears cell outputs",
+    "symlink": "creates links or changes files' permissions", "link": "creates links or changes files' permissions",
+    "chmod": "creates links or changes files' permissions", "chown": "creates links or changes files' permissions",
+    "system": "starts processes", "popen": "starts processes", "fork": "starts processes", "execv": "starts processes",
+    "_getframe": "inspects interpreter internals", "get_objects": "inspects interpreter internals",
+    "__globals__": "inspects interpreter internals", "__closure__": "inspects interpreter internals",
+    "__code__": "inspects interpreter internals", "f_back": "inspects interpreter internals",
+}
+SUSPECT_NAMES = {
+    "exec": "runs code built at run time (exec/eval/compile/__import__)",
+    "eval": "runs code built at run time (exec/eval/compile/__import__)",
+    "compile": "runs code built at run time (exec/eval/compile/__import__)",
+    "__import__": "runs code built at run time (exec/eval/compile/__import__)",
+    "get_ipython": "uses IPython internals", "clear_output": "clears cell outputs",
+    "GRADER": "a student cell uses GRADER",
+}
+SUSPECT_MODULES = {"ctypes", "subprocess", "socket", "importlib", "inspect", "gc", "ptrace", "signal", "IPython",
+                   "attncourse.grading", "attncourse.trusted", "attncourse.records", "attncourse.judge",
+                   "attncourse.preprocessors", "attncourse.sandbox", "attncourse.cases"}
+
+
+def ast_flags(source: str) -> list[str]:
+    """What a student cell does that honest answers never need, read by Python's parser (no regex to dodge).
+
+    Flags only: the grade never depends on them (the judge decides), they point the instructor at a cell.
+    """
+    import ast
+
+    lines = [ln if not ln.lstrip().startswith(("%", "!")) else "" for ln in (source or "").splitlines()]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in SUSPECT_ATTRIBUTES:
+            found.append(SUSPECT_ATTRIBUTES[node.attr])
+        elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES:
+            found.append(SUSPECT_NAMES[node.id])
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for mod in mods:
+                if mod in SUSPECT_MODULES or mod.split(".")[0] in SUSPECT_MODULES:
+                    found.append(f"imports {mod}")
+            if isinstance(node, ast.ImportFrom):
+                found += [SUSPECT_NAMES[a.name] for a in node.names if a.name in SUSPECT_NAMES]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "delattr") and len(node.args) >= 2
+              and not isinstance(node.args[1], ast.Constant)):
+            found.append("reaches attributes by computed names (getattr/setattr)")
+    return found
+
+
 TIMEOUT_NAMES = {"KeyboardInterrupt", "CellTimeoutError"}
+
 
 
 def _first_line(text: str, limit: int = 240) -> str:
@@ -99,18 +162,46 @@ def release_notebook(root: Path, section: str):
     return None
 
 
+def submission_folder(root: Path, student: str, section: str) -> Path | None:
+    """``submitted/<student>/<section>`` when both are real folders (not links), else None."""
+    from attncourse.safefiles import plain_below
+
+    return plain_below(Path(root) / "submitted", student, section)
+
+
+def _link_target(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
 def prescan(root: Path, section: str, student: str, release) -> dict:
-    """What can be told before grading: missing/renamed/invalid notebooks, edited cells, suspicious code."""
-    folder = root / "submitted" / student / section
+    """What can be told before grading: missing/renamed/invalid notebooks, links, edited cells, suspicious code."""
+    from attncourse.safefiles import read_tree
+
     out = {"fatal": None, "notes": [], "tamper": []}
-    path = folder / f"{section}.ipynb"
-    if not path.is_file():
-        others = sorted(p.name for p in folder.glob("*.ipynb"))
-        out["fatal"] = (f"notebook missing (found {', '.join(others)})" if others
+    folder = submission_folder(root, student, section)
+    if folder is None:
+        out["fatal"] = f"submitted/{student}/{section} is a link or not a folder: not graded"
+        return out
+    tree = read_tree(folder)
+    for rel, why in tree.refused:
+        target = _link_target(folder / rel)
+        if target is not None and (os.path.isabs(target) or ".." in Path(target).parts):
+            out["tamper"].append(f"{rel} links outside the submission ({target}): skipped")
+        else:
+            out["notes"].append(f"{rel} in the submission was skipped: {why}")
+    name = f"{section}.ipynb"
+    if name not in tree.files:
+        others = sorted(n for n in tree.files if n.endswith(".ipynb") and "/" not in n)
+        refused = [why for rel, why in tree.refused if rel == name]
+        out["fatal"] = (f"notebook not read ({refused[0]})" if refused else
+                        f"notebook missing (found {', '.join(others)})" if others
                         else f"notebook missing (no .ipynb in submitted/{student}/{section})")
         return out
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = json.loads(tree.files[name].decode("utf-8", errors="replace"))
         if not isinstance(data, dict) or "cells" not in data:
             raise ValueError("no cells")
     except (ValueError, OSError) as exc:
@@ -149,6 +240,7 @@ def prescan(root: Path, section: str, student: str, release) -> dict:
         for pat, why in TAMPER_PATTERNS:
             if re.search(pat, src):
                 found.append(f"{why} ({where})")
+        found += [f"{why} ({where})" for why in ast_flags(src)]
     out["tamper"] += list(dict.fromkeys(found))
     return out
 
@@ -225,6 +317,7 @@ def student_entry(root: Path, section: str, student: str, release, scores: dict,
             entry["reasons"] += reasons
             if student in scores:
                 entry["score"], entry["max_score"], entry["cells"] = scores[student]
+                entry["reasons"] += disagreements(nb, entry["failures"], entry["cells"])
         entry["reasons"] += [f"tampering suspected: {t}" for t in info["tamper"]]
         entry["reasons"] += info["notes"]
     except Exception as exc:  # noqa: BLE001 - a report, never a crash
@@ -233,6 +326,25 @@ def student_entry(root: Path, section: str, student: str, release, scores: dict,
         entry["max_score"] = max_score if max_score is not None else release_points(release)
     entry["reasons"] = list(dict.fromkeys(entry["reasons"]))
     return entry
+
+
+def disagreements(nb, failures, cells) -> list[str]:
+    """Autograded cells whose gradebook score says otherwise than their ✓/✗ verdict (never expected: the judge sets
+    what nbgrader scores; a line here means something else wrote a score)."""
+    failed = {gid for gid, _ in failures}
+    out = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        gid = meta.get("grade_id")
+        if cell.cell_type != "code" or not meta.get("grade") or gid not in cells:
+            continue
+        score, full = cells[gid]
+        if not full:
+            continue
+        if (gid in failed and score) or (gid not in failed and score != full):
+            out.append(f"score and verdict disagree in {gid} ({score:g} / {full:g} in the gradebook, "
+                       f"{'✗' if gid in failed else '✓'} in the notebook)")
+    return out
 
 
 def release_points(release) -> float:
@@ -250,6 +362,14 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
     t0 = time.time()
     subdir = root / "submitted"
     all_students = sorted(p.name for p in subdir.iterdir() if (p / section).is_dir()) if subdir.is_dir() else []
+    from attncourse.sandbox import sandbox_status
+
+    env = grading_env(keep=KEEP_ENV, extra=extra_env)
+    sandboxed, sandbox_line = sandbox_status(env)
+    if sandboxed is None:
+        from tools.classgrade import CourseError
+
+        raise CourseError(sandbox_line)
     students = [s for s in all_students if not students or s in students]
     release = release_notebook(root, section)
     pre = {}
@@ -258,9 +378,7 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
             pre[s] = prescan(root, section, s, release)
         except Exception as exc:  # noqa: BLE001 - a report, never a crash
             pre[s] = {"fatal": None, "notes": [f"could not prescan: {exc}"], "tamper": []}
-    extra = [f"--Execute.timeout={timeout}"] if timeout else []
-    env = grading_env(keep=("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_CHECK_TIMEOUT"),
-                      extra=extra_env)
+    extra = [f"--IsolatedExecute.timeout={timeout}"] if timeout else []
     if len(students) == len(all_students):
         batch = _nbgrader(root, ["autograde", section, "--create", "--force", *extra], env=env)
     else:
@@ -268,9 +386,6 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
             batch = _nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra], env=env)
     if not students:
         batch = subprocess.CompletedProcess([], 0, "", "")
-    from attncourse.sandbox import sandbox_status
-
-    sandboxed, sandbox_line = sandbox_status(env)
     report = {"section": section, "students": {}, "batch_returncode": batch.returncode,
               "sandboxed": sandboxed, "sandbox": sandbox_line}
     from tools.classgrade import course_db, gradebook_scores
@@ -284,16 +399,18 @@ def grade(section: str, root: Path = ROOT, timeout: int | None = None, students=
         entry = student_entry(root, section, s, release, scores, info=pre[s], why_missing=why_missing)
         report["students"][s] = entry
     report["seconds"] = round(time.time() - t0, 1)
-    log(format_report(report))
+    log(format_report(report, color=log is print and sys.stdout.isatty()))
     return report
 
 
-def format_report(report: dict) -> str:
+def format_report(report: dict, color: bool = False) -> str:
     run = report.get("run") or {}
     took = (f"this run took {report['seconds']} s" if run.get("sections", 1) == 1 else
             f"this run, {run['sections']} sections together, took {report['seconds']} s")
-    lines = [f"{report['section']}: {len(report['students'])} submissions; {took}",
-             f"{report.get('sandbox', '')}", ""]
+    sandbox = report.get("sandbox", "")
+    if color and not report.get("sandboxed"):
+        sandbox = f"\x1b[1;31m{sandbox}\x1b[0m"   # grading without the sandbox: in red
+    lines = [f"{report['section']}: {len(report['students'])} submissions; {took}", sandbox, ""]
     for s, e in report["students"].items():
         lines.append(f"{s:<24} {e['score']:g} / {e['max_score']:g}")
         for gid, text in e["failures"]:
@@ -342,8 +459,15 @@ def main(argv=None):
     ap.add_argument("--task-timeout", type=float, default=None, help="seconds one submission may take in all (900)")
     ap.add_argument("--serial", action="store_true",
                     help="the old path: one plain `nbgrader autograde` batch per section, no Dask")
+    ap.add_argument("--unsandboxed", action="store_true",
+                    help="grade WITHOUT the bubblewrap sandbox (student code can read the reference data and "
+                         "any file of this account); the report says so in red")
     args = ap.parse_args(argv)
     root = Path(args.root)
+    if args.unsandboxed:
+        import os
+
+        os.environ["ATTNCOURSE_SANDBOX"] = "0"
     sections = resolve_sections(args.sections, root)
     if not sections:
         print("./course grade: no submissions under submitted/ for " + " ".join(args.sections), file=sys.stderr)
@@ -360,7 +484,7 @@ def main(argv=None):
                                   task_timeout=args.task_timeout or DEFAULT_TASK_TIMEOUT, students=args.student,
                                   feedback=args.feedback)
             for sec in sections:
-                print(format_report(reports[sec]))
+                print(format_report(reports[sec], color=sys.stdout.isatty()))
                 now = len(reports[sec].get("graded_now", []))
                 print(f"({now} graded now, {len(reports[sec]['students']) - now} unchanged since the last run)\n")
     except CourseError as exc:
