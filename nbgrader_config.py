@@ -3,12 +3,11 @@
 Run every nbgrader command from this folder (the course root).
 """
 import os
-import sys
 from pathlib import Path
 
+from attncourse.course import SECTIONS
+
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT))
-from attncourse.course import SECTIONS  # noqa: E402
 
 # The grading kernels inherit this environment (no path to the reference data: the
 # verdict is made in this process, see attncourse/preprocessors.py):
@@ -65,14 +64,14 @@ c.GenerateFeedback.force = True
 # IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the
 # references); JudgeRecords then judges every record here, outside the kernel, sets what nbgrader scores in
 # every grade cell and makes every output safe to render for an instructor (docs/GRADING.md).
-from nbconvert.preprocessors import ClearMetadataPreprocessor  # noqa: E402
-from nbgrader.preprocessors import (  # noqa: E402
+from nbconvert.preprocessors import ClearMetadataPreprocessor
+from nbgrader.preprocessors import (
     AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
 )
 
-from attncourse.nbgrader_hooks import install as install_link_guards  # noqa: E402
-from attncourse.preprocessors import IsolatedExecute, JudgeRecords  # noqa: E402
-from attncourse.sandbox import configure_nbgrader  # noqa: E402
+from attncourse.judge.nbgrader_hooks import install as install_link_guards
+from attncourse.judge.preprocessors import IsolatedExecute, JudgeRecords
+from attncourse.judge.sandbox import configure_nbgrader
 
 configure_nbgrader(c, ROOT)
 install_link_guards()   # nbgrader never follows a link a student put in a submission

@@ -1,12 +1,20 @@
-"""Shared helpers for the attention & Transformers course.
+"""The attention & Transformers course's package, laid out by who runs what.
 
-Plotting, self-check helpers, seeding, device selection, offline model
-loading and the grader machinery.  No solutions or reference outputs live in
-this package: students install it.
+* :mod:`attncourse.teach` — what the notebooks use to teach: plots, ``compare``, seeding,
+  devices, offline model loading, the probe's views (re-exported here).
+* :mod:`attncourse.kernel` — the grader's side inside the student's kernel: it runs the
+  student's code on hidden *inputs* and records what came back; it makes no verdict.
+* :mod:`attncourse.protocol` — what crosses between them: stored cases, records, the
+  parser of ``GRADER.check`` calls.
+* :mod:`attncourse.judge` — what runs in the nbgrader process, where no student code runs:
+  the verdict, the sandbox the kernels start in, nbgrader's preprocessors and file guards.
+* :mod:`attncourse.selfcheck` — the self-study learner's "check my work".
+
+No solutions or reference outputs live in this package: students install it.
 """
-from .checks import compare, max_diff
-from .devices import best_device, seed_everything
-from .plots import attention_heatmap, block_diagram
+from .teach.checks import compare, max_diff
+from .teach.devices import best_device, seed_everything
+from .teach.plots import attention_heatmap, block_diagram
 
 __all__ = ["attention_heatmap", "block_diagram", "best_device", "compare", "max_diff", "seed_everything"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,4 +1,8 @@
-"""The course's sections, in order: one nbgrader assignment each."""
+"""The course's sections, how a section is named on a command line, and the environment nbgrader runs in."""
+from __future__ import annotations
+
+import os
+import sys
 
 SECTIONS = [
     "01_tokens",
@@ -11,27 +15,48 @@ SECTIONS = [
     "08_train_and_generate",
 ]
 
-
 # The course settings a grading run passes on to nbgrader and its kernels' launcher.
 GRADING_KEEP = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_KERNEL_TMP_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_BWRAP",
                 "ATTNCOURSE_CHECK_TIMEOUT")
 
 
+def resolve_section(name: str) -> str:
+    """A section from a command line: its full name, or its number (``2``, ``02``) or a prefix of one name.
+
+    Raises ValueError, whose message lists the sections, when ``name`` names none or several.
+    """
+    name = str(name).strip()
+    if name in SECTIONS:
+        return name
+    key = name.zfill(2) if name.isdigit() else name
+    match = [s for s in SECTIONS if s.startswith(key)]
+    if len(match) != 1:
+        raise ValueError(f"unknown section {name!r}; one of {', '.join(SECTIONS)}")
+    return match[0]
+
+
+def with_python_bin(path: str | None = None) -> str:
+    """``path`` (default: $PATH) with this Python's bin folder first: nbgrader runs ``alembic`` and ``jupyter``
+    from PATH, and a venv that is not activated would otherwise not be found."""
+    path = os.environ.get("PATH", "") if path is None else path
+    bindir = os.path.dirname(sys.executable)
+    parts = [p for p in path.split(os.pathsep) if p]
+    return os.pathsep.join([bindir] + [p for p in parts if p != bindir])
+
+
 def grading_env(keep=(), extra=None) -> dict:
-    """The environment for an nbgrader subprocess (generate, autograde) and the kernels it starts.
+    """The environment for an nbgrader subprocess (generate, autograde) and the kernels' launcher.
 
     Drops the parent Jupyter server's ``JPY_*``/``JUPYTER_*`` variables and the
     course's ``ATTNCOURSE_*`` settings except the names in ``keep``; puts this
-    Python's bin folder first on PATH (nbgrader runs ``alembic`` from PATH);
-    silences warnings (a warning on stderr would score a test cell 0); draws
-    off-screen; keeps transformers offline.  ``extra`` is applied last.
+    Python's bin folder first on PATH; silences warnings (a warning on stderr would
+    score a test cell 0); draws off-screen; keeps transformers offline.  ``extra``
+    is applied last.  (The kernels themselves get an allow-listed part of it:
+    :func:`attncourse.judge.sandbox.kernel_env`.)
     """
-    import os
-    import sys
-
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JPY_", "JUPYTER_")) and (not k.startswith("ATTNCOURSE_") or k in keep)}
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env["PATH"] = with_python_bin(env.get("PATH", ""))
     env.update({"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     env.update(extra or {})
     return env

@@ -6,32 +6,29 @@ From the notebook's last cell::
 
 or from a shell: ``./course check 02``.  It copies your saved notebook into a
 temporary course folder (with the section's source assignment and the hidden
-reference data), runs nbgrader's own ``generate_assignment`` and ``autograde``
-there, and prints per-exercise points and the grader's messages.  It never prints
-hidden test code, reference values or solutions.  Save first (Ctrl+S): the check
-reads the file on disk, not the cells in your browser.
+reference data, :mod:`attncourse.judge.scratch`), runs nbgrader's own
+``generate_assignment`` and ``autograde`` there — the same judge an instructor's
+grading uses — and prints per-exercise points and the grader's messages.  It never
+prints hidden test code, reference values or solutions.  Save first (Ctrl+S): the
+check reads the file on disk, not the cells in your browser.
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .calls import exercises_checked
-from .course import grading_env
+from .course import grading_env, resolve_section
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 VISIBLE = "visible checks (not scored)"
 
 
 def _course_root():
-    from .grading import find_course_root
+    from .kernel.grader import find_course_root
 
     root = find_course_root()
     if root is None:
@@ -41,47 +38,28 @@ def _course_root():
     return root
 
 
-def _resolve(section: str, root: Path) -> str:
-    from .course import SECTIONS
-
-    if section in SECTIONS:
-        return section
-    match = [s for s in SECTIONS if s.startswith(str(section).zfill(2))]
-    if len(match) != 1:
-        raise SystemExit(f"unknown section {section!r}; one of {', '.join(SECTIONS)}")
-    return match[0]
-
-
-def _first_line(text: str) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text or "").strip()
-    return text.split("\n")[0][:400]
-
-
 def run_check(section: str, notebook: Path | None = None, root: Path | None = None, timeout: int = 60) -> dict:
     """Autograde a copy of the saved notebook; return {'exercises': [...], 'score', 'max_score', 'seconds'}."""
+    from .judge.autograded import grade_cells
+    from .judge.files import MAX_NOTEBOOK_BYTES, Refused, read_regular
+    from .judge.scratch import course_files, write_course
+
     t0 = time.time()
     root = Path(root) if root else _course_root()
     if root is None:
         raise SystemExit("cannot find the course folder (graders/data): run this inside the course checkout")
-    section = _resolve(section, root)
+    try:
+        section = resolve_section(section)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     notebook = Path(notebook) if notebook else root / "notebooks" / section / f"{section}.ipynb"
-    if not notebook.is_file():
-        raise SystemExit(f"no notebook at {notebook}")
+    try:   # the saved file itself, never through a link
+        saved = read_regular(notebook, MAX_NOTEBOOK_BYTES)
+    except Refused as why:
+        raise SystemExit(f"cannot check {notebook}: {why}") from None
     with tempfile.TemporaryDirectory(prefix="attncourse-check-") as tmp:
         tmp = Path(tmp)
-        shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
-        shutil.copytree(root / "source" / section, tmp / "source" / section,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        (tmp / "graders" / "data").mkdir(parents=True)
-        shutil.copy(root / "graders" / "data" / f"{section}.pt", tmp / "graders" / "data" / f"{section}.pt")
-        sub = tmp / "submitted" / "me" / section
-        sub.mkdir(parents=True)
-        from .safefiles import MAX_NOTEBOOK_BYTES, Refused, read_regular, write_new
-
-        try:   # the saved file itself, never through a link
-            write_new(sub / f"{section}.ipynb", read_regular(notebook, MAX_NOTEBOOK_BYTES))
-        except Refused as why:
-            raise SystemExit(f"cannot check {notebook}: {why}") from None
+        write_course(tmp, course_files(root, section), section, {"me": {f"{section}.ipynb": saved}})
         # The learner's own ATTNCOURSE_* settings (device, limits) apply; the copy's course root is tmp.
         # On their own machine the check runs sandboxed where bubblewrap works, and without it elsewhere.
         keep = tuple(k for k in os.environ if k.startswith("ATTNCOURSE_") and k != "ATTNCOURSE_ROOT")
@@ -102,44 +80,28 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
                    "nbgrader could not run it")
             return {"section": section, "error": why, "exercises": [], "score": 0, "max_score": None,
                     "seconds": round(time.time() - t0, 1)}
-        nb = json.loads(graded.read_text())
+        import nbformat
         from nbgrader.api import Gradebook
 
+        nb = nbformat.read(str(graded), as_version=4)
         with Gradebook(f"sqlite:///{tmp / 'gradebook.db'}") as gb:
             s = gb.find_submission(section, "me")
             points = {g.name: (g.score or 0.0, g.max_score) for n in s.notebooks for g in n.grades
                       if g.cell_type == "code"}
     exercises: dict = {}
-    for cell in nb["cells"]:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if not meta.get("grade") or cell.get("cell_type") != "code" or gid not in points:
+    for cell in grade_cells(nb):
+        if cell.grade_id not in points:
             continue
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        names = exercises_checked(src) or [VISIBLE]
-        name = ", ".join(names)
-        msgs = []
-        for o in cell.get("outputs", []):
-            if o.get("output_type") == "error":
-                ename = o.get("ename", "Error")
-                if ename in ("KeyboardInterrupt", "CellTimeoutError"):
-                    msgs.append("timed out (an infinite loop?)")
-                elif ename == "GradingError":  # one line per failed check of the cell
-                    msgs += [_first_line(line) for line in o.get("evalue", "").split("\n") if line.strip()]
-                else:
-                    msgs.append(f"{ename}: {_first_line(o.get('evalue', ''))}")
-            elif o.get("output_type") == "stream" and o.get("name") == "stderr":
-                msgs.append("printed on stderr (a test cell must print nothing there)")
-        got, full = points[gid]
+        name = ", ".join(cell.exercises) or VISIBLE
+        got, full = points[cell.grade_id]
         ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
         ex["score"] += got
         ex["max_score"] += full
-        ex["cells"].append({"cell": gid, "score": got, "max_score": full, "messages": msgs})
-    result = {"section": section, "exercises": list(exercises.values()),
-              "score": sum(e["score"] for e in exercises.values()),
-              "max_score": sum(e["max_score"] for e in exercises.values()),
-              "seconds": round(time.time() - t0, 1)}
-    return result
+        ex["cells"].append({"cell": cell.grade_id, "score": got, "max_score": full, "messages": cell.messages})
+    return {"section": section, "exercises": list(exercises.values()),
+            "score": sum(e["score"] for e in exercises.values()),
+            "max_score": sum(e["max_score"] for e in exercises.values()),
+            "seconds": round(time.time() - t0, 1)}
 
 
 def format_result(result: dict) -> str:

@@ -1,6 +1,6 @@
 """Benchmark (not a test): the course's multi-head attention vs nn.MultiheadAttention vs F.scaled_dot_product_attention.
 
-    .venv/bin/python bench/attention_bench.py            # CPU, T = 256 ... 2048, about a minute
+    .venv/bin/python -m bench.attention_bench            # CPU, T = 256 ... 2048, about a minute
 
 For each sequence length T (batch 1, d_model 512, 8 heads, float32, inference under no_grad):
 
@@ -16,7 +16,6 @@ Ratios are relative to the fused kernel.  Results vary with the machine and its 
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -25,10 +24,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from graders.build import define  # noqa: E402
-from graders.s04_multi_head import MHA  # noqa: E402
+from authoring.references import define
+from graders.s04_multi_head import MHA
 
 D_MODEL, HEADS, BATCH = 512, 8, 1
 LENGTHS = [256, 512, 1024, 2048]

@@ -1,6 +1,6 @@
 """Autograde seconds per notebook: this checkout against another (e.g. the commit before a grading change).
 
-    .venv/bin/python bench/autograde_bench.py [--other /path/to/older/checkout] [--copies 6] [--rounds 2]
+    .venv/bin/python -m bench.autograde_bench [--other /path/to/older/checkout] [--copies 6] [--rounds 2]
 
 For each section, a throw-away course holds ``copies`` instructor notebooks and one
 blank release; ``nbgrader autograde`` grades the batch with the course config of the

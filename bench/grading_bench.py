@@ -1,6 +1,6 @@
 """Class grading: serial `nbgrader autograde` vs `./course grade` on Dask (1 and 2 local workers, and a real cluster).
 
-    .venv/bin/python bench/grading_bench.py [--sections 02 04] [--per-section 40] [--modes serial,dask1,dask2,cluster]
+    .venv/bin/python -m bench.grading_bench [--sections 02 04] [--per-section 40] [--modes serial,dask1,dask2,cluster]
 
 A synthetic class per section, built like the test suite builds its submissions:
 the instructor's solution, every known mistake of graders/sNN.py injected into its
@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(HERE), str(HERE / "tests")]
 
 ENV = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "5"}
 CELL_TIMEOUT = 10
@@ -118,7 +117,7 @@ def run_serial(root: Path, sections) -> float:
 
 
 def run_dask(root: Path, sections, workers=None, scheduler=None) -> tuple[float, dict]:
-    from tools.classgrade import grade_class
+    from instructor.cluster import grade_class
 
     t0 = time.time()
     reports = grade_class(root, sections, workers=workers, scheduler=scheduler, force=True, timeout=CELL_TIMEOUT,
@@ -227,7 +226,7 @@ def breakdown_table(breakdown: dict) -> list:
 def task_breakdown(template: Path, section: str, students: list) -> dict:
     """Where one Dask task's seconds go, measured on ``students``' submissions graded in this process.
 
-    Runs :func:`tools.classgrade.grade_task` exactly as a worker does (after one warm-up
+    Runs :func:`instructor.task.grade_task` exactly as a worker does (after one warm-up
     task: a worker pays its imports and the generate_assignment template once), with every
     nbconvert preprocessor timed and the executed notebook's per-cell times (nbclient's
     records) read before nbgrader clears them; then merges each result into a copy of
@@ -239,14 +238,17 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     from nbconvert.preprocessors import Preprocessor
     from nbgrader.converters.autograde import Autograde
 
-    from tools import classgrade as cg
+    from instructor.config import course_db, duedate, late_plugin
+    from instructor.gradebook import merge_result
+    from instructor.kit import make_kit, submission_files
+    from instructor.task import grade_task, task_environment
 
     course = _copy(template, template.parent / f"breakdown-{section}")
-    db_url, course_id = cg.course_db(course)
-    kit = cg.make_kit(course, section)
-    due = cg._duedate(db_url, course_id, section)
-    late = cg._late_plugin(course)
-    _, task_env = cg.task_environment(ENV)
+    db_url, course_id = course_db(course)
+    kit = make_kit(course, section)
+    due = duedate(db_url, course_id, section)
+    late = late_plugin(course)
+    _, task_env = task_environment(ENV)
     rows, row = [], None
     orig_call, orig_init = Preprocessor.__call__, Autograde.init_assignment
 
@@ -276,15 +278,15 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     Preprocessor.__call__, Autograde.init_assignment = timed_call, timed_init
     try:
         for i, student in enumerate([students[0]] + list(students)):
-            files = cg.submission_files(course / "submitted" / student / section)
+            files = submission_files(course, student, section)
             row = defaultdict(float) if i else None          # the first run is the warm-up
             t = time.perf_counter()
-            result = cg.grade_task(kit, student, files, due, CELL_TIMEOUT, env=task_env)
+            result = grade_task(kit, student, files, due, CELL_TIMEOUT, env=task_env)
             total = time.perf_counter() - t
             if row is None:
                 continue
             t = time.perf_counter()
-            cg.merge_result(course, db_url, course_id, result, late)
+            merge_result(course, db_url, course_id, result, late)
             row["coordinator: merge into the course gradebook"] = time.perf_counter() - t
             row["task total"] = total
             rows.append(row)
@@ -293,7 +295,7 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
         shutil.rmtree(course, ignore_errors=True)
     med = {k: statistics.median(r.get(k, 0.0) for r in rows) for k in {k for r in rows for k in r}}
     pre = {k.removeprefix("preprocessor "): v for k, v in med.items() if k.startswith("preprocessor ")}
-    named = ("Execute", "JudgeRecords", "ShareInputs", "SaveAutoGrades", "AssignLatePenalties")  # split out below
+    named = ("IsolatedExecute", "JudgeRecords", "SaveAutoGrades", "AssignLatePenalties")  # split out below
     parts = {
         "kernel start and stop": med.get("kernel start and stop", 0.0),
         "imports (setup cell)": med.get("imports (setup cell)", 0.0),
@@ -302,7 +304,6 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
         "hidden checks (kernel)": med.get("hidden checks (kernel)", 0.0),
         "other cells": med.get("other cells", 0.0),
         "judge (JudgeRecords, nbgrader process)": pre.get("JudgeRecords", 0.0),
-        "inputs file (ShareInputs)": pre.get("ShareInputs", 0.0),
         "gradebook (nbgrader: submission, SaveAutoGrades, AssignLatePenalties)":
             med.get("nbgrader: submission into its gradebook", 0.0) + pre.get("SaveAutoGrades", 0.0)
             + pre.get("AssignLatePenalties", 0.0),
@@ -324,7 +325,7 @@ def main(argv=None):
     ap.add_argument("--breakdown", type=int, default=10, help="notebooks per section timed part by part")
     ap.add_argument("--report", default=None, help="also write ./course report of the dask2 run here (a folder)")
     args = ap.parse_args(argv)
-    from tools.grade import resolve_sections
+    from instructor.config import resolve_sections
 
     sections = resolve_sections(args.sections, HERE)
     modes = [m for m in args.modes.split(",") if m]
@@ -345,7 +346,7 @@ def main(argv=None):
                 secs, _ = run_dask(root, sections, workers=int(mode[4:] or 2))
                 extra["per_notebook"] = seconds_per_notebook(root)
                 if args.report and mode == "dask2":
-                    from tools.report import write_report
+                    from instructor.report import write_report
 
                     for sec in sections:
                         print("report:", write_report(root, sec, Path(args.report)), flush=True)

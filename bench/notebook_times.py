@@ -1,6 +1,6 @@
 """How long each source notebook takes to execute top to bottom (a benchmark, not a test).
 
-    .venv/bin/python bench/notebook_times.py [section ...]
+    .venv/bin/python -m bench.notebook_times [section ...]
 
 Runs each instructor notebook (solutions and hidden tests in place) in a fresh
 kernel, from a temporary copy of its folder, and prints wall-clock seconds:
@@ -19,8 +19,7 @@ import nbformat
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from attncourse.course import SECTIONS  # noqa: E402
+from attncourse.course import SECTIONS
 
 
 def run(section: str) -> float:

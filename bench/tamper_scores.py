@@ -1,6 +1,6 @@
 """Every trick of tests/corpus/t_*.py against its honest base, graded on the serial path and on Dask.
 
-    .venv/bin/python bench/tamper_scores.py [--workers 2] [--out bench/tamper_scores.md]
+    .venv/bin/python -m bench.tamper_scores [--workers 2] [--out bench/tamper_scores.md]
 
 One throw-away course of section 02 holds the tamper corpus, each trick's honest base (the same code
 without the trick) and a correct submission; it is graded by plain ``nbgrader autograde`` (the serial path,
@@ -16,7 +16,6 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None):
@@ -24,10 +23,8 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    sys.path[:0] = [str(HERE), str(HERE / "tests")]
-    from harness import base_student, grade_corpus
-
-    from tools.classgrade import grade_class
+    from instructor.cluster import grade_class
+    from tests.harness import base_student, grade_corpus
 
     with tempfile.TemporaryDirectory(prefix="tamper-scores-") as tmp:
         t0 = time.time()

@@ -9,33 +9,19 @@ injects the k-th entry of every exercise into one submission).
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant
+from .spec import Case, Exercise, Mistake, Section, source_cells, Variant
 
-GIVEN = '''
-PAD, UNK = "[PAD]", "[UNK]"
+CELLS = source_cells("01_tokens")   # the source notebook: solutions and given code are read from it
 
-def tokenize(text):
-    """Lowercase and split on whitespace: the course's word tokenizer."""
-    return text.lower().split()
-'''
+GIVEN = CELLS["given_tokenize"]
 
 CORPUS_A = ["The cat sat on the mat", "the dog sat", "A cat and a dog"]
 CORPUS_B = ["Attention is all you need", "you need data", "ATTENTION please"]
 
 # ---------------------------------------------------------------- build_vocab
-# Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s01_tokens.py puts it there);
-# the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
-VOCAB_REF = '''
-def build_vocab(corpus):
-    ### BEGIN SOLUTION
-    vocab = {PAD: 0, UNK: 1}
-    for sentence in corpus:
-        for word in tokenize(sentence):
-            if word not in vocab:
-                vocab[word] = len(vocab)
-    return vocab
-    ### END SOLUTION
-'''
+# Each *_REF below is the source notebook's solution cell (read by grade_id); the BEGIN/END SOLUTION
+# markers are comments, harmless when the code runs.
+VOCAB_REF = CELLS["build_vocab"]
 
 # A dict with extra or missing keys cannot be matched against a stored mistake (the grader
 # compares only the expected keys), so the checklist below is shown for any wrong vocabulary.
@@ -110,12 +96,7 @@ def build_vocab(corpus):
 # ---------------------------------------------------------------- encode
 VOCAB_A = {"[PAD]": 0, "[UNK]": 1, "the": 2, "cat": 3, "sat": 4, "on": 5, "mat": 6, "dog": 7, "a": 8, "and": 9}
 
-ENCODE_REF = '''
-def encode(text, vocab):
-    ### BEGIN SOLUTION
-    return [vocab.get(word, vocab[UNK]) for word in tokenize(text)]
-    ### END SOLUTION
-'''
+ENCODE_REF = CELLS["encode"]
 
 ENCODE = Exercise(
     name="encode", cell="encode", given=GIVEN, reference=ENCODE_REF,
@@ -161,13 +142,7 @@ def encode(text, vocab):
 )
 
 # ---------------------------------------------------------------- decode
-DECODE_REF = '''
-def decode(ids, vocab):
-    ### BEGIN SOLUTION
-    id_to_word = {i: w for w, i in vocab.items()}
-    return " ".join(id_to_word[int(i)] for i in ids if int(i) != vocab[PAD])
-    ### END SOLUTION
-'''
+DECODE_REF = CELLS["decode"]
 
 # The same vocabulary, with its entries stored in a different order than their ids.
 VOCAB_SHUFFLED = {"mat": 6, "[UNK]": 1, "the": 2, "dog": 7, "a": 8, "[PAD]": 0, "and": 9, "cat": 3, "on": 5,
@@ -222,16 +197,7 @@ def decode(ids, vocab):
 )
 
 # ---------------------------------------------------------------- pad_batch
-PAD_REF = '''
-def pad_batch(seqs, pad_id=0):
-    ### BEGIN SOLUTION
-    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)                 # (B,)
-    padded = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)   # (B, max_len)
-    for b, s in enumerate(seqs):
-        padded[b, :len(s)] = torch.tensor(s, dtype=torch.long)
-    return padded, lengths
-    ### END SOLUTION
-'''
+PAD_REF = CELLS["pad_batch"]
 
 PAD_BATCH = Exercise(
     name="pad_batch", cell="pad_batch", reference=PAD_REF,
@@ -285,13 +251,7 @@ def pad_batch(seqs, pad_id=0):
 )
 
 # ---------------------------------------------------------------- embed
-EMBED_REF = '''
-def embed(ids, table):
-    ### BEGIN SOLUTION
-    one_hot = F.one_hot(ids, num_classes=table.shape[0]).to(table.dtype)   # (..., V)
-    return one_hot @ table                                                  # (..., d_model)
-    ### END SOLUTION
-'''
+EMBED_REF = CELLS["embed"]
 
 
 def _ids_and_table(shape, V=7, d=4):
@@ -342,6 +302,8 @@ def embed(ids, table):
              labels=["embeddings"], seed=2),
         Case("meta", "on the meta device", device="meta", args=_ids_and_table((2, 3)), labels=["embeddings"],
              seed=3),
+        Case("best_device", "on the best device (CUDA when present)", device="best", args=_ids_and_table((2, 3)),
+             labels=["embeddings"], seed=4),
     ],
 )
 

@@ -10,21 +10,14 @@ submission, so an exercise without a k-th entry would be graded as a blank stub.
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+
+CELLS = source_cells("02_qkv_by_hand")   # the source notebook: solutions and given code are read from it
 
 # ---------------------------------------------------------------- softmax (NumPy)
-# Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s02_qkv_by_hand.py puts it
-# there); the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
-SOFTMAX_REF = '''
-def softmax(x, axis=-1):
-    """Softmax of a NumPy array along `axis`; stable for large inputs."""
-    ### BEGIN SOLUTION
-    x = np.asarray(x, dtype=float)
-    shifted = x - np.max(x, axis=axis, keepdims=True)   # largest entry per slice becomes 0
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
-    ### END SOLUTION
-'''
+# Each *_REF below is the source notebook's solution cell (read by grade_id); the BEGIN/END SOLUTION
+# markers are comments, harmless when the code runs.
+SOFTMAX_REF = CELLS["softmax"]
 
 SOFTMAX = Exercise(
     name="softmax",
@@ -92,17 +85,7 @@ def softmax(x, axis=-1):
 )
 
 # ---------------------------------------------------------------- scaled dot-product attention
-SDPA_REF = '''
-def scaled_dot_product_attention(Q, K, V, mask=None):
-    ### BEGIN SOLUTION
-    d_k = Q.shape[-1]
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)          # (..., T_q, T_k)
-    if mask is not None:
-        scores = scores.masked_fill(~mask.bool(), float("-inf"))
-    weights = torch.softmax(scores, dim=-1)                     # each row sums to 1
-    return weights @ V, weights                                 # (..., T_q, d_v), (..., T_q, T_k)
-    ### END SOLUTION
-'''
+SDPA_REF = CELLS["sdpa"]
 
 
 def _mask(g, *shape):
@@ -148,6 +131,10 @@ SDPA_CASES = [
          args=lambda g: (torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g),
                          torch.randn(2, 3, 8, generator=g)),
          kwargs={"mask": lambda g: _mask(g, 2, 3, 3)}, labels=["output", "weights"], seed=6),
+    Case("best_device", "on the best device (CUDA when present) with a mask", device="best",
+         args=lambda g: (torch.randn(2, 3, 8, generator=g), torch.randn(2, 4, 8, generator=g),
+                         torch.randn(2, 4, 8, generator=g)),
+         kwargs={"mask": lambda g: _mask(g, 2, 3, 4)}, labels=["output", "weights"], seed=7),
 ]
 
 SDPA = Exercise(
@@ -191,27 +178,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 )
 
 # ---------------------------------------------------------------- SelfAttention module
-SA_REF = '''
-class SelfAttention(nn.Module):
-    def __init__(self, d_model, d_k):
-        super().__init__()
-        ### BEGIN SOLUTION
-        self.d_k = d_k
-        self.W_q = nn.Linear(d_model, d_k, bias=False)
-        self.W_k = nn.Linear(d_model, d_k, bias=False)
-        self.W_v = nn.Linear(d_model, d_k, bias=False)
-        ### END SOLUTION
-
-    def forward(self, x, mask=None):
-        ### BEGIN SOLUTION
-        Q, K, V = self.W_q(x), self.W_k(x), self.W_v(x)              # each (..., T, d_k)
-        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)       # (..., T, T)
-        if mask is not None:
-            scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)                      # (..., T, T)
-        return weights @ V, weights                                  # (..., T, d_k), (..., T, T)
-        ### END SOLUTION
-'''
+SA_REF = CELLS["self_attention"]
 
 
 def _sa_params(g, d_model=6, d_k=4):
@@ -239,6 +206,9 @@ SA_CASES = [
     Case("meta", "on the meta device", kind="module", device="meta",
          init={"d_model": 6, "d_k": 4}, params=_sa_params,
          args=lambda g: (torch.randn(2, 5, 6, generator=g),), labels=["out", "weights"], seed=4),
+    Case("best_device", "on the best device (CUDA when present), causal mask", kind="module", device="best",
+         init={"d_model": 6, "d_k": 4}, params=_sa_params, args=lambda g: (torch.randn(2, 5, 6, generator=g),),
+         kwargs={"mask": lambda g: torch.tril(torch.ones(5, 5, dtype=torch.bool))}, labels=["out", "weights"], seed=5),
 ]
 
 SELF_ATTENTION = Exercise(
@@ -298,11 +268,7 @@ class SelfAttention(nn.Module):
 
 # ---------------------------------------------------------------- hand-computed: a new 3-token example
 # The notebook gives these (locked cell `hand_example`); the student types each step.
-HAND_GIVEN = '''
-Q_ex = np.array([[1., 2.], [0., 1.], [2., 0.]])   # (T=3, d_k=2)
-K_ex = np.array([[1., 0.], [1., 1.], [0., 2.]])   # (3, 2)
-V_ex = np.array([[2., 0.], [0., 4.], [6., 2.]])   # (3, 2)
-'''
+HAND_GIVEN = CELLS["hand_example"]
 
 _HELPERS = '''
 def _sm(z, axis=-1):

@@ -12,17 +12,14 @@ injects the k-th entry of every exercise into one submission).
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+
+CELLS = source_cells("03_masking")   # the source notebook: solutions and given code are read from it
 
 # ---------------------------------------------------------------- causal_mask
-# Each *_REF below is the notebook's solution cell, exactly (tools/authoring/s03_masking.py puts it there);
-# the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
-CAUSAL_REF = '''
-def causal_mask(T, device=None):
-    ### BEGIN SOLUTION
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()    # (T, T)
-    ### END SOLUTION
-'''
+# Each *_REF below is the source notebook's solution cell (read by grade_id); the BEGIN/END SOLUTION
+# markers are comments, harmless when the code runs.
+CAUSAL_REF = CELLS["causal_mask"]
 
 
 def _causal(body):
@@ -66,13 +63,7 @@ def causal_mask(T, device=None):
 )
 
 # ---------------------------------------------------------------- padding_mask
-PAD_REF = '''
-def padding_mask(lengths, max_len):
-    ### BEGIN SOLUTION
-    positions = torch.arange(max_len, device=lengths.device)     # (max_len,)
-    return positions[None, :] < lengths[:, None]                 # (B, max_len)
-    ### END SOLUTION
-'''
+PAD_REF = CELLS["padding_mask"]
 
 
 def _lengths(*vals):
@@ -118,15 +109,7 @@ def padding_mask(lengths, max_len):
 )
 
 # ---------------------------------------------------------------- combined_mask
-COMBINED_REF = '''
-def combined_mask(lengths, T):
-    ### BEGIN SOLUTION
-    pos = torch.arange(T, device=lengths.device)                 # (T,)
-    causal = pos[:, None] >= pos[None, :]                        # (T, T): key j <= query i
-    real = pos[None, :] < lengths[:, None]                       # (B, T): key j is a real token
-    return causal[None, :, :] & real[:, None, :]                 # (B, T, T)
-    ### END SOLUTION
-'''
+COMBINED_REF = CELLS["combined_mask"]
 
 COMBINED = Exercise(
     name="combined_mask", cell="combined_mask", reference=COMBINED_REF,
@@ -175,14 +158,7 @@ def combined_mask(lengths, T):
 )
 
 # ---------------------------------------------------------------- masked_softmax
-MSM_REF = '''
-def masked_softmax(scores, mask):
-    ### BEGIN SOLUTION
-    allowed = mask.bool()                                               # broadcastable to scores
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-    return weights.masked_fill(~allowed, 0.0)                            # empty rows: NaN -> 0
-    ### END SOLUTION
-'''
+MSM_REF = CELLS["masked_softmax"]
 
 
 def _msm_mask(g, *shape):
@@ -255,17 +231,15 @@ def masked_softmax(scores, mask):
              args=lambda g: (torch.randn(2, 5, 5, generator=g), torch.ones(5, 5).tril().bool()), labels=["weights"]),
         Case("meta", "on the meta device", device="meta", seed=5,
              args=lambda g: (torch.randn(2, 3, 3, generator=g), _msm_mask(g, 2, 3, 3)), labels=["weights"]),
+        Case("best_device", "on the best device (CUDA when present)", device="best", seed=7,
+             args=lambda g: (torch.randn(2, 3, 4, generator=g), _msm_mask(g, 2, 3, 4)), labels=["weights"]),
         Case("empty_row", "a row whose every key is blocked (course rule: all-zero weights)", seed=6,
              args=_empty_row, labels=["weights"]),
     ],
 )
 
 # ---------------------------------------------------------------- hand-computed masked weights
-HAND_GIVEN = '''
-S_ex = np.array([[0.5, 2.0, 1.0],
-                 [1.0, -0.5, 3.0],
-                 [-1.0, 1.0, 0.5]])          # already-scaled scores, (T_q=3, T_k=3)
-'''
+HAND_GIVEN = CELLS["hand_example"]
 
 _HELPERS = '''
 def _msm(s, allowed):

@@ -1,37 +1,12 @@
 """Hidden cases for section 04: multi-head attention."""
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
 
-# The solution cell of the notebook, exactly (tools/authoring/s04_multi_head.py puts it there).
-MHA_REF = '''
-class MultiHeadAttention(nn.Module):
-    """h heads of scaled dot-product attention over d_k = d_model // n_heads features each."""
+CELLS = source_cells("04_multi_head")   # the source notebook: solutions and given code are read from it
 
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        ### BEGIN SOLUTION
-        assert d_model % n_heads == 0, "d_model must be divisible by n_heads"
-        self.n_heads = n_heads
-        self.d_k = d_model // n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)   # W_Q, W_K, W_V of every head, stacked
-        self.out = nn.Linear(d_model, d_model)       # W_O
-        ### END SOLUTION
-
-    def forward(self, x, mask=None):
-        ### BEGIN SOLUTION
-        B, T, D = x.shape                                              # (B, T, D)
-        q, k, v = self.qkv(x).chunk(3, dim=-1)                         # each (B, T, D)
-        q, k, v = [t.view(B, T, self.n_heads, self.d_k).transpose(1, 2)
-                   for t in (q, k, v)]                                 # each (B, h, T, d_k)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)         # (B, h, T, T)
-        if mask is not None:
-            scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)                        # (B, h, T, T)
-        ctx = (weights @ v).transpose(1, 2).reshape(B, T, D)           # (B, T, D): heads side by side
-        return self.out(ctx)                                           # (B, T, D)
-        ### END SOLUTION
-'''.strip("\n")
+# The source notebook's solution cell (read by grade_id).
+MHA_REF = CELLS["mha"]
 
 
 def _mistake(old, new):
@@ -104,7 +79,7 @@ class MultiHeadAttention(nn.Module):
 D, H, B, T = 16, 4, 2, 5
 
 
-def _params(g, d=D):
+def mha_params_input(g, d=D):
     return {
         "qkv.weight": torch.randn(3 * d, d, generator=g) / d ** 0.5,
         "qkv.bias": 0.1 * torch.randn(3 * d, generator=g),
@@ -117,11 +92,11 @@ def _x(g, b=B, t=T, d=D):
     return torch.randn(b, t, d, generator=g)
 
 
-def _causal(t=T):
+def causal_mask_input(t=T):
     return torch.ones(t, t).tril().bool()
 
 
-def _padding():
+def padding_mask_input():
     # (B, 1, 1, T): the second sequence has two padding tokens, the first one
     m = torch.ones(B, 1, 1, T, dtype=torch.bool)
     m[0, ..., -1] = False
@@ -129,7 +104,7 @@ def _padding():
     return m
 
 
-def _full_mask(g):
+def random_mask_input(g):
     # (B, 1, T, T) as 0/1 floats; every row keeps at least one key and blocks at least one
     m = (torch.rand(B, 1, T, T, generator=g) > 0.5).float()
     idx = torch.arange(T)
@@ -143,7 +118,7 @@ def _mha_case(name, what, mask=None, **kw):
         return (_x(g),)
 
     def params(g):
-        return _params(g)
+        return mha_params_input(g)
 
     kwargs = {} if mask is None else {"mask": mask}
     return Case(name, what, kind="module", init={"d_model": D, "n_heads": H}, args=args, params=params,
@@ -158,25 +133,21 @@ MHA = Exercise(
     variants=[Variant("einsum", MHA_EINSUM), Variant("fused_sdpa", MHA_FUSED)],
     cases=[
         _mha_case("unmasked", "a batch of 2, T=5, d_model=16, 4 heads, no mask"),
-        _mha_case("causal", "a (T, T) causal mask", mask=lambda g: _causal()),
-        _mha_case("padding", "a (B, 1, 1, T) padding mask", mask=lambda g: _padding()),
-        _mha_case("full_mask", "a (B, 1, T, T) mask of 0/1 floats", mask=_full_mask),
-        _mha_case("float64", "float64, padding mask", mask=lambda g: _padding(), dtype="float64", seed=1),
-        _mha_case("bfloat16", "bfloat16, causal mask", mask=lambda g: _causal(), dtype="bfloat16", seed=2),
+        _mha_case("causal", "a (T, T) causal mask", mask=lambda g: causal_mask_input()),
+        _mha_case("padding", "a (B, 1, 1, T) padding mask", mask=lambda g: padding_mask_input()),
+        _mha_case("full_mask", "a (B, 1, T, T) mask of 0/1 floats", mask=random_mask_input),
+        _mha_case("float64", "float64, padding mask", mask=lambda g: padding_mask_input(), dtype="float64", seed=1),
+        _mha_case("bfloat16", "bfloat16, causal mask", mask=lambda g: causal_mask_input(), dtype="bfloat16", seed=2),
         _mha_case("best_device", "on the best device (CUDA when present), padding mask",
-                  mask=lambda g: _padding(), device="best", seed=3),
-        _mha_case("meta", "on the meta device, causal mask", mask=lambda g: _causal(), device="meta"),
-        _mha_case("meta_padding", "on the meta device, padding mask", mask=lambda g: _padding(), device="meta"),
+                  mask=lambda g: padding_mask_input(), device="best", seed=3),
+        _mha_case("meta", "on the meta device, causal mask", mask=lambda g: causal_mask_input(), device="meta"),
+        _mha_case("meta_padding", "on the meta device, padding mask", mask=lambda g: padding_mask_input(), device="meta"),
         Case("two_heads", "d_model=12, 2 heads, T=3", kind="module", init={"d_model": 12, "n_heads": 2},
-             args=lambda g: (_x(g, b=3, t=3, d=12),), params=lambda g: _params(g, 12), seed=4),
+             args=lambda g: (_x(g, b=3, t=3, d=12),), params=lambda g: mha_params_input(g, 12), seed=4),
     ],
 )
 
-PARAMS_REF = '''
-### BEGIN SOLUTION
-mha_params = 4 * (768 * 768 + 768)
-### END SOLUTION
-'''.strip("\n")
+PARAMS_REF = CELLS["mha_params"]
 
 MHA_PARAMS = Exercise(
     name="mha_params",

@@ -1,21 +1,11 @@
 """Hidden cases for section 05: sinusoidal positional encoding and rotary embeddings (RoPE)."""
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
 
-PE_REF = '''
-def positional_encoding(T, d_model):
-    """(T, d_model) float tensor: PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(same)."""
-    ### BEGIN SOLUTION
-    pos = torch.arange(T, dtype=torch.float32).unsqueeze(1)       # (T, 1)
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)      # (d_model/2,): 0, 2, 4, ...
-    angle = pos / 10000 ** (two_i / d_model)                      # (T, d_model/2)
-    pe = torch.zeros(T, d_model)                                  # (T, d_model)
-    pe[:, 0::2] = torch.sin(angle)                                # even features
-    pe[:, 1::2] = torch.cos(angle)                                # odd features
-    return pe
-    ### END SOLUTION
-'''.strip("\n")
+CELLS = source_cells("05_positional_encoding")   # the source notebook: solutions and given code are read from it
+
+PE_REF = CELLS["positional_encoding"]
 
 
 def _pe(old, new):
@@ -73,27 +63,29 @@ def positional_encoding(T, d_model):
     ],
 )
 
-ROPE_REF = '''
-def apply_rope(x):
-    """Rotate each feature pair (2i, 2i+1) of the token at position t by the angle t / 10000^(2i/d)."""
-    ### BEGIN SOLUTION
-    T, d = x.shape[-2], x.shape[-1]
-    work = torch.promote_types(x.dtype, torch.float32)                           # angles in float32 or better
-    pos = torch.arange(T, device=x.device, dtype=work)                           # (T,)
-    theta = 10000 ** (-torch.arange(0, d, 2, device=x.device, dtype=work) / d)   # (d/2,)
-    angle = pos[:, None] * theta[None, :]                                         # (T, d/2)
-    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)                  # (T, d/2) each
-    a, b = x[..., 0::2], x[..., 1::2]                                             # (..., T, d/2) each
-    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)  # (..., T, d)
-    ### END SOLUTION
-'''.strip("\n")
+ROPE_REF = CELLS["apply_rope"]
 
 
 def _rope(old, new):
     return patch(ROPE_REF, old, new)
 
 
+ROPE_PROPERTIES = {   # what the judge tells a student whose rotation breaks an invariant of RoPE
+    "property.norms": (
+        "a property of rotary encodings fails: the output vectors do not keep their length. A rotation changes "
+        "only directions: each pair must become (a·cos − b·sin, a·sin + b·cos) with the cos and sin of one angle; "
+        "nothing may be added or scaled."),
+    "property.relative": (
+        "a property of rotary encodings fails: the dot product of a rotated query at position m with a rotated key "
+        "at position n changes with m and n themselves, not only with m − n. Position t (its index on the "
+        "second-to-last axis, from 0) must rotate pair i by t·θ_i, with the same θ_i for every position and input."),
+    "property.moves": (
+        "a property of rotary encodings fails: the result does not change with position: position t must rotate "
+        "each pair by t·θ_i, with positions taken from the second-to-last axis."),
+}
+
 ROPE = Exercise(
+    messages=ROPE_PROPERTIES,
     name="apply_rope",
     cell="apply_rope",
     reference=ROPE_REF,

@@ -3,42 +3,19 @@ import re
 
 import torch
 
-from .s04_multi_head import _causal, _padding
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .s04_multi_head import causal_mask_input, padding_mask_input
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+
+CELLS = source_cells("06_transformer_block")   # the source notebook: solutions and given code are read from it
 
 # The notebook's locked cell with a multi-head attention module for the block exercise: section 04's
 # contract (same constructor, submodules qkv/out, n_heads/d_k, masks, output), built another way so that
 # it does not hand out section 04's answer (tests/test_leaks.py checks that no solution line is given away).
-MHA_GIVEN = '''
-class MultiHeadAttention(nn.Module):
-    """Section 04's contract, built on PyTorch's fused attention kernel F.scaled_dot_product_attention."""
-
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads, self.d_k = n_heads, d_model // n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)   # q, k, v of all heads, in that order
-        self.out = nn.Linear(d_model, d_model)       # mixes the heads' outputs
-
-    def forward(self, x, mask=None):                                       # x: (B, T, d_model)
-        qkv = self.qkv(x).unflatten(-1, (3, self.n_heads, self.d_k))       # (B, T, 3, h, d_k)
-        q, k, v = qkv.transpose(1, 3).unbind(2)                            # each (B, h, T, d_k)
-        if mask is not None:
-            mask = mask.bool()   # True = may attend (the kernel would add a float mask to the scores)
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)    # (B, h, T, d_k), scaled by 1/√d_k
-        return self.out(heads.transpose(1, 2).flatten(2))                  # (B, T, d_model)
-'''.strip("\n")
+MHA_GIVEN = CELLS["given_mha"]
 
 
 # ---------------------------------------------------------------- layer_norm
-LN_REF = '''
-def layer_norm(x, eps=1e-5):
-    """Normalise over the last dimension: mean 0, variance 1 (no learned scale or shift)."""
-    ### BEGIN SOLUTION
-    mean = x.mean(dim=-1, keepdim=True)                   # (..., 1)
-    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)    # (..., 1): divide by D, not D - 1
-    return (x - mean) / torch.sqrt(var + eps)             # (..., D)
-    ### END SOLUTION
-'''.strip("\n")
+LN_REF = CELLS["layer_norm"]
 
 LN = Exercise(
     name="layer_norm",
@@ -88,32 +65,7 @@ def layer_norm(x, eps=1e-5):
 )
 
 # ---------------------------------------------------------------- TransformerBlock
-BLOCK_REF = '''
-class TransformerBlock(nn.Module):
-    """Multi-head self-attention and a feed-forward network, each with a residual and a LayerNorm."""
-
-    def __init__(self, d_model=64, n_heads=4, d_ff=None, pre_ln=False):
-        super().__init__()
-        ### BEGIN SOLUTION
-        d_ff = 4 * d_model if d_ff is None else d_ff
-        self.pre_ln = pre_ln
-        self.attn = MultiHeadAttention(d_model, n_heads)
-        self.ln1 = nn.LayerNorm(d_model)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.ffn = nn.Sequential(nn.Linear(d_model, d_ff), nn.GELU(), nn.Linear(d_ff, d_model))
-        ### END SOLUTION
-
-    def forward(self, x, mask=None):
-        ### BEGIN SOLUTION
-        if self.pre_ln:                                   # x: (B, T, d_model) throughout
-            x = x + self.attn(self.ln1(x), mask)          # normalise, attend, add
-            x = x + self.ffn(self.ln2(x))                 # normalise, feed forward, add
-        else:
-            x = self.ln1(x + self.attn(x, mask))          # attend, add, normalise
-            x = self.ln2(x + self.ffn(x))                 # feed forward, add, normalise
-        return x
-        ### END SOLUTION
-'''.strip("\n")
+BLOCK_REF = CELLS["transformer_block"]
 
 
 def _block(*pairs):
@@ -220,38 +172,25 @@ def _block_case(name, what, pre_ln, mask=None, d_ff=None, **kw):
 
 BLOCK.cases = [
     _block_case("post_ln", "Post-LN, no mask", False),
-    _block_case("post_ln_causal", "Post-LN, (T, T) causal mask", False, mask=lambda g: _causal(T), seed=1),
+    _block_case("post_ln_causal", "Post-LN, (T, T) causal mask", False, mask=lambda g: causal_mask_input(T), seed=1),
     _block_case("pre_ln", "Pre-LN, no mask", True, seed=2),
-    _block_case("pre_ln_padding", "Pre-LN, (B, 1, 1, T) padding mask", True, mask=lambda g: _padding(), seed=3),
-    _block_case("d_ff", "Post-LN with d_ff=24, causal mask", False, mask=lambda g: _causal(T), d_ff=24, seed=4),
-    _block_case("float64", "Pre-LN in float64, causal mask", True, mask=lambda g: _causal(T), dtype="float64", seed=5),
-    _block_case("bfloat16", "Post-LN in bfloat16, padding mask", False, mask=lambda g: _padding(), dtype="bfloat16",
+    _block_case("pre_ln_padding", "Pre-LN, (B, 1, 1, T) padding mask", True, mask=lambda g: padding_mask_input(), seed=3),
+    _block_case("d_ff", "Post-LN with d_ff=24, causal mask", False, mask=lambda g: causal_mask_input(T), d_ff=24, seed=4),
+    _block_case("float64", "Pre-LN in float64, causal mask", True, mask=lambda g: causal_mask_input(T), dtype="float64", seed=5),
+    _block_case("bfloat16", "Post-LN in bfloat16, padding mask", False, mask=lambda g: padding_mask_input(), dtype="bfloat16",
                 seed=6),
     _block_case("best_device", "Pre-LN on the best device (CUDA when present), causal mask", True,
-                mask=lambda g: _causal(T), device="best", seed=7),
-    _block_case("meta_post", "Post-LN on the meta device, causal mask", False, mask=lambda g: _causal(T),
+                mask=lambda g: causal_mask_input(T), device="best", seed=7),
+    _block_case("meta_post", "Post-LN on the meta device, causal mask", False, mask=lambda g: causal_mask_input(T),
                 device="meta"),
-    _block_case("meta_pre", "Pre-LN on the meta device, padding mask", True, mask=lambda g: _padding(),
+    _block_case("meta_pre", "Pre-LN on the meta device, padding mask", True, mask=lambda g: padding_mask_input(),
                 device="meta"),
     Case("defaults", "the default sizes (d_model=64, 4 heads, d_ff=256), Post-LN", kind="module", init={},
          args=lambda g: (torch.randn(1, 3, 64, generator=g),), params=lambda g: _block_params(g, 64, 256), seed=8),
 ]
 
 # ---------------------------------------------------------------- cross-attention
-CROSS_REF = '''
-def cross_attention(x_dec, x_enc, W_q, W_k, W_v, mask=None):
-    """Decoder tokens (queries) attend to encoder tokens (keys and values); returns (output, weights)."""
-    ### BEGIN SOLUTION
-    Q = x_dec @ W_q                                              # (..., T_dec, d_k)
-    K = x_enc @ W_k                                              # (..., T_enc, d_k)
-    V = x_enc @ W_v                                              # (..., T_enc, d_v)
-    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1])    # (..., T_dec, T_enc)
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)                      # (..., T_dec, T_enc)
-    return weights @ V, weights                                  # (..., T_dec, d_v), (..., T_dec, T_enc)
-    ### END SOLUTION
-'''.strip("\n")
+CROSS_REF = CELLS["cross_attention"]
 
 CROSS = Exercise(
     name="cross_attention",
@@ -331,24 +270,9 @@ CROSS.cases = [
 ]
 
 # ---------------------------------------------------------------- pick the family
-FAMILIES_GIVEN = '''
-ENCODER_ONLY = "encoder-only"          # BERT-style: reads the whole input in both directions
-DECODER_ONLY = "decoder-only"          # GPT-style: predicts the next token from the left context
-ENCODER_DECODER = "encoder-decoder"    # T5-style: reads one sequence, writes another
-'''.strip("\n")
+FAMILIES_GIVEN = CELLS["families_given"]
 
-FAMILY_REF = '''
-### BEGIN SOLUTION
-family = {
-    "a": ENCODER_ONLY,
-    "b": DECODER_ONLY,
-    "c": ENCODER_DECODER,
-    "d": ENCODER_ONLY,
-    "e": DECODER_ONLY,
-    "f": ENCODER_DECODER,
-}
-### END SOLUTION
-'''.strip("\n")
+FAMILY_REF = CELLS["family"]
 
 
 def _family(**changes):

@@ -17,7 +17,9 @@ the student never sees, and random softmaxed tensors of other sizes).
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+
+CELLS = source_cells("07_bert_probe")   # the source notebook: solutions and given code are read from it
 
 # Sentences the student never sees in the notebook.
 HIDDEN_A = "The trophy didn't fit into the suitcase because it was too big."
@@ -27,7 +29,7 @@ PAIR = ("The lawyer questioned the witness, and she answered calmly.", "Did the 
 
 
 def _shipped():
-    from attncourse.models import load_shipped
+    from attncourse.teach.models import load_shipped
 
     return load_shipped("float64")
 
@@ -54,19 +56,9 @@ def _random_attention(g, L, H, T, sharp=2.0):
 # ---------------------------------------------------------------------------------------------
 # attention_maps
 # ---------------------------------------------------------------------------------------------
-# AM_REF, SH_REF and STS_CELL are the notebook's solution cells, exactly (tools/authoring/s07_bert_probe.py
-# puts them there); the BEGIN/END SOLUTION markers are comments, harmless when the code runs.
-AM_REF = '''
-def attention_maps(sentence, model, tokenizer):
-    ### BEGIN SOLUTION
-    enc = tokenizer(sentence, return_tensors="pt")                  # input_ids: (1, T)
-    with torch.no_grad():
-        out = model(**enc, output_attentions=True)                  # L tensors of (1, H, T, T)
-    attn = torch.stack(out.attentions).squeeze(1).cpu()             # (L, H, T, T)
-    tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])  # T strings, [CLS] ... [SEP]
-    return tokens, attn
-    ### END SOLUTION
-'''
+# AM_REF, SH_REF and STS_CELL are the source notebook's solution cells (read by grade_id); the BEGIN/END
+# SOLUTION markers are comments, harmless when the code runs.
+AM_REF = CELLS["attention_maps"]
 
 AM_SOFTMAX_AGAIN = '''
 def attention_maps(sentence, model, tokenizer):
@@ -161,19 +153,7 @@ ATTENTION_MAPS = Exercise(
 # ---------------------------------------------------------------------------------------------
 # strongest_head
 # ---------------------------------------------------------------------------------------------
-SH_REF = '''
-def strongest_head(attn, tokens, query, key):
-    ### BEGIN SOLUTION
-    for name in (query, key):
-        if name not in tokens:
-            raise ValueError(f"token {name!r} is not in the sentence's tokens {tokens}")
-    i, j = tokens.index(query), tokens.index(key)    # first occurrences
-    w = attn[:, :, i, j]                               # (L, H): weight from query i to key j
-    flat = int(torch.argmax(w))                        # index into the L*H flattened grid
-    layer, head = divmod(flat, w.shape[1])
-    return layer, head, float(w[layer, head])
-    ### END SOLUTION
-'''
+SH_REF = CELLS["strongest_head"]
 
 SH_ONE_INDEXED = patch(SH_REF, "return layer, head, float(w[layer, head])",
                                 "return layer + 1, head + 1, float(w[layer, head])   # 1-indexed, like the paper")
@@ -225,6 +205,7 @@ def _toy_tokens():
 
 
 STRONGEST_HEAD = Exercise(
+    messages={"raises.no_message": "say which token is missing"},
     name="strongest_head",
     cell="strongest_head",
     reference=SH_REF,
@@ -263,24 +244,7 @@ STRONGEST_HEAD = Exercise(
 # special_token_share
 # ---------------------------------------------------------------------------------------------
 # The notebook's setup cell imports string; the reference adds that import in front of the cell.
-STS_CELL = '''
-def special_token_share(attn, tokens):
-    ### BEGIN SOLUTION
-    def is_punct(tok):
-        return len(tok) > 0 and all(c in string.punctuation for c in tok)
-
-    groups = {
-        "[CLS]": [j for j, t in enumerate(tokens) if t == "[CLS]"],
-        "[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],
-        "punct": [j for j, t in enumerate(tokens) if is_punct(t)],
-    }
-    shares = {}
-    for name, cols in groups.items():
-        to_group = attn[:, :, :, cols].sum(dim=-1)          # (L, H, T): weight each query gives the group
-        shares[name] = to_group.mean(dim=(1, 2)).tolist()  # mean over heads and queries: L floats
-    return shares
-    ### END SOLUTION
-'''
+STS_CELL = CELLS["special_token_share"]
 
 STS_REF = "\nimport string\n" + STS_CELL
 

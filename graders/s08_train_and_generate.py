@@ -20,142 +20,22 @@ way):
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, Section, Variant, patch
+from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+
+CELLS = source_cells("08_train_and_generate")   # the source notebook: solutions and given code are read from it
 
 # ---------------------------------------------------------------- given code (locked cells of the notebook)
-TASK_GIVEN = '''
-N_DIGITS = 5                 # the longest number to reverse
-SEP, PAD = 10, 11            # token ids 0-9 are the digits
-VOCAB = 12
-SEQ_LEN = 2 * N_DIGITS + 1   # left padding, digits, SEP, reversed digits
+TASK_GIVEN = CELLS["given_task"]
 
+MODEL_GIVEN = CELLS["given_model"]
 
-def reversal_batch(batch_size, generator, min_digits=3):
-    """(batch_size, SEQ_LEN) token ids: PAD ... PAD d1 ... dn SEP dn ... d1, n from min_digits to N_DIGITS.
-
-    The padding is on the left, so SEP is always at position N_DIGITS."""
-    n = torch.randint(min_digits, N_DIGITS + 1, (batch_size,), generator=generator)
-    digits = torch.randint(0, 10, (batch_size, N_DIGITS), generator=generator)
-    pos = torch.arange(N_DIGITS)                                 # (N_DIGITS,)
-    real = pos >= N_DIGITS - n[:, None]                          # (B, N_DIGITS): True where a digit is
-    prompt = torch.where(real, digits, PAD)                      # (B, N_DIGITS), left-padded
-    answer = torch.where(real, digits, PAD).flip(1)              # (B, N_DIGITS): reversed, padded on the right
-    sep = torch.full((batch_size, 1), SEP)
-    return torch.cat([prompt, sep, answer], dim=1)               # (B, SEQ_LEN)
-
-
-def show(ids):
-    """A row of token ids as text: digits, '|' for SEP, '.' for PAD."""
-    return "".join("|" if t == SEP else "." if t == PAD else str(int(t)) for t in ids)
-'''.strip("\n")
-
-MODEL_GIVEN = '''
-class CausalSelfAttention(nn.Module):
-    """Causal self-attention that keeps its last weights for plotting, and can run with a KV cache."""
-
-    def __init__(self, d_model, n_heads):
-        super().__init__()
-        self.n_heads = n_heads
-        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model) for _ in range(4))
-        self.weights = None                                      # (B, h, T, T) of the last full pass
-
-    def split(self, x):                                          # (B, T, d_model) -> (B, h, T, d_k)
-        return x.unflatten(-1, (self.n_heads, -1)).movedim(2, 1)
-
-    def forward(self, x, cache=None, attend=None):
-        q, k, v = self.split(self.wq(x)), self.split(self.wk(x)), self.split(self.wv(x))
-        if attend is not None:                                   # the cached path: attend(q, k, v, cache)
-            mixed, cache = attend(q, k, v, cache)
-        else:                                                    # the full pass, weights kept for plots
-            n = x.shape[1]
-            future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)     # (T, T): True = hidden
-            logit = torch.einsum("bhid,bhjd->bhij", q, k) * q.shape[-1] ** -0.5       # (B, h, T, T)
-            self.weights = logit.masked_fill(future, float("-inf")).softmax(-1)
-            mixed = torch.einsum("bhij,bhjd->bhid", self.weights, v)                 # (B, h, T, d_k)
-        return self.wo(mixed.movedim(1, 2).flatten(2)), cache                        # (B, T, d_model)
-
-
-class TinyGPT(nn.Module):
-    """Token and position embeddings, Pre-LN causal blocks, a final LayerNorm and a linear head."""
-
-    def __init__(self, vocab=VOCAB, d_model=32, n_heads=2, n_layers=1, max_len=16):
-        super().__init__()
-        self.max_len = max_len
-        self.tok = nn.Embedding(vocab, d_model)
-        self.pos = nn.Embedding(max_len, d_model)
-        self.attns = nn.ModuleList(CausalSelfAttention(d_model, n_heads) for _ in range(n_layers))
-        self.mlps = nn.ModuleList(nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                                nn.Linear(4 * d_model, d_model)) for _ in range(n_layers))
-        self.norms = nn.ModuleList(nn.LayerNorm(d_model) for _ in range(n_layers))
-        self.norm_out = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab)
-
-    def forward(self, ids, caches=None, attend=None):
-        """ids (B, T) -> logits (B, T, vocab); with ``attend``: (logits, caches), ids being the new tokens."""
-        start = 0 if not caches else caches[0][0].shape[-2]      # tokens already in the cache
-        if start + ids.shape[1] > self.max_len:
-            raise ValueError(f"TinyGPT reads at most max_len={self.max_len} positions, got "
-                             f"{start + ids.shape[1]}: feed it the last max_len tokens only")
-        h = self.tok(ids) + self.pos(torch.arange(start, start + ids.shape[1], device=ids.device))
-        new_caches = []
-        for i, (attn, norm, mlp) in enumerate(zip(self.attns, self.norms, self.mlps)):
-            a, c = attn(norm(h), None if not caches else caches[i], attend)
-            h = h + a
-            h = h + mlp(h)
-            new_caches.append(c)
-        logits = self.head(self.norm_out(h))                     # (B, T, vocab)
-        return logits if attend is None else (logits, new_caches)
-'''.strip("\n")
-
-PROBES_GIVEN = '''
-# Used by the hidden tests (just run this cell): each wraps one of your functions for a check.
-def train_probe(train_step):
-    """Three steps of your train_step on a fresh bigram model (stale gradients left in it), plain SGD."""
-    def run(table, batches, lr, max_norm):
-        model = nn.Module()
-        model.table = nn.Parameter(table.clone())                # (V, V): logits of the next token
-        model.forward = lambda ids: model.table[ids]             # (B, T) -> (B, T, V)
-        model.table.grad = torch.ones_like(table)                # left over from an earlier step
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        loss_fn = lambda logits, ids: ((logits - F.one_hot(ids, table.shape[-1]).to(logits.dtype)) ** 2).sum()
-        with torch.enable_grad():
-            losses = [train_step(model, b, optimizer, loss_fn, max_norm=max_norm) for b in batches]
-        return losses, model.table.detach().clone()
-    return run
-
-
-def with_seed(sample_next):
-    """Your sample_next with a fresh generator seeded `seed` on the logits' device (None: no generator)."""
-    def run(logits, seed=None, **options):
-        where = "cpu" if logits.device.type == "meta" else logits.device      # meta tensors have no generator
-        generator = None if seed is None else torch.Generator(where).manual_seed(seed)
-        return sample_next(logits, generator=generator, **options)
-    return run
-
-
-def generation_probe(generate):
-    """Your generate on a TinyGPT with fixed random weights, greedy (pick = argmax)."""
-    def run(prompt, n_new):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model = TinyGPT(n_layers=2, max_len=8).eval()
-        return generate(model.to(prompt.device), prompt, n_new, lambda last: last.argmax(dim=-1))
-    return run
-'''.strip("\n")
+PROBES_GIVEN = CELLS["given_probes"]
 
 GIVEN = TASK_GIVEN + "\n\n\n" + MODEL_GIVEN + "\n\n\n" + PROBES_GIVEN
 
 
 # ---------------------------------------------------------------- next_token_loss
-LOSS_REF = '''
-def next_token_loss(logits, tokens, pad_id):
-    """Mean cross-entropy of predicting tokens[:, t + 1] from logits[:, t], padding targets ignored."""
-    ### BEGIN SOLUTION
-    pred = logits[:, :-1]                                   # (B, T-1, V): position t predicts token t + 1
-    target = tokens[:, 1:]                                  # (B, T-1)
-    return F.cross_entropy(pred.reshape(-1, pred.shape[-1]), target.reshape(-1), ignore_index=pad_id)
-    ### END SOLUTION
-'''.strip("\n")
+LOSS_REF = CELLS["next_token_loss"]
 
 LOSS = Exercise(
     name="next_token_loss",
@@ -228,18 +108,7 @@ LOSS.cases = [
 ]
 
 # ---------------------------------------------------------------- train_step
-STEP_REF = '''
-def train_step(model, batch, optimizer, loss_fn, max_norm=1.0):
-    """One optimisation step on one batch; returns the loss (before the update) as a Python float."""
-    ### BEGIN SOLUTION
-    optimizer.zero_grad()                                   # forget the previous step's gradients
-    loss = loss_fn(model(batch), batch)                     # a 0-d tensor
-    loss.backward()                                         # fills p.grad for every parameter
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()                                        # p <- p - lr * p.grad (for SGD)
-    return loss.item()
-    ### END SOLUTION
-'''.strip("\n")
+STEP_REF = CELLS["train_step"]
 
 STEP = Exercise(
     name="train_step",
@@ -315,20 +184,7 @@ STEP.cases = [
 ]
 
 # ---------------------------------------------------------------- sample_next
-SAMPLE_REF = '''
-def sample_next(logits, temperature=1.0, top_k=None, generator=None):
-    """One token id per row of logits (B, V): greedy when temperature == 0, else a seeded draw."""
-    ### BEGIN SOLUTION
-    if temperature == 0:
-        return logits.argmax(dim=-1)                                   # (B,): greedy
-    scaled = logits / temperature                                      # (B, V)
-    if top_k is not None:
-        kth = torch.topk(scaled, top_k, dim=-1).values[:, -1:]         # (B, 1): the k-th largest
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))       # keep the k largest
-    probs = torch.softmax(scaled, dim=-1)                              # (B, V)
-    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]   # (B,)
-    ### END SOLUTION
-'''.strip("\n")
+SAMPLE_REF = CELLS["sample_next"]
 
 SAMPLE = Exercise(
     name="sample_next",
@@ -401,18 +257,7 @@ SAMPLE.cases = [
 ]
 
 # ---------------------------------------------------------------- generate
-GEN_REF = '''
-def generate(model, prompt, n_new, pick):
-    """Append n_new tokens to prompt (B, T0), one at a time; returns (B, T0 + n_new)."""
-    ### BEGIN SOLUTION
-    ids = prompt                                                       # (B, T0)
-    for _ in range(n_new):
-        logits = model(ids[:, -model.max_len:])                        # (B, T, V): at most max_len positions
-        next_id = pick(logits[:, -1, :])                               # (B,): from the last position
-        ids = torch.cat([ids, next_id[:, None]], dim=1)                # (B, T + 1)
-    return ids
-    ### END SOLUTION
-'''.strip("\n")
+GEN_REF = CELLS["generate"]
 
 GEN = Exercise(
     name="generate",
@@ -473,20 +318,7 @@ GEN.cases = [
 ]
 
 # ---------------------------------------------------------------- cached_attention
-CACHE_REF = '''
-def cached_attention(q, k, v, cache=None):
-    """Causal attention of new tokens over the cached and the new keys/values; returns (out, (K, V))."""
-    ### BEGIN SOLUTION
-    if cache is not None:
-        k = torch.cat([cache[0], k], dim=-2)                            # (B, h, T_past + T_new, d_k)
-        v = torch.cat([cache[1], v], dim=-2)
-    t_new, t_all = q.shape[-2], k.shape[-2]
-    seen = torch.ones(t_new, t_all, dtype=torch.bool, device=q.device).tril(t_all - t_new)  # new i sees 0..past+i
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])          # (B, h, T_new, T_all)
-    weights = torch.softmax(scores.masked_fill(~seen, float("-inf")), dim=-1)
-    return weights @ v, (k, v)                                         # (B, h, T_new, d_k), the grown cache
-    ### END SOLUTION
-'''.strip("\n")
+CACHE_REF = CELLS["cached_attention"]
 
 CACHE = Exercise(
     name="cached_attention",

@@ -3,10 +3,10 @@
 Each section module (``graders/s02_qkv_by_hand.py`` ...) defines ``SECTION``, a
 :class:`Section`.  From it
 
-* ``python -m graders.build`` writes ``graders/data/<section>.pt``: hidden
+* ``python -m authoring.references`` writes ``graders/data/<section>.pt``: hidden
   inputs (all that the grading kernel ever sees), reference outputs and every
   known mistake's output on the same inputs, which the judge
-  (:mod:`attncourse.judge`) compares with the kernel's records outside the kernel;
+  (:mod:`attncourse.judge.verdict`) compares with the kernel's records outside the kernel;
 * the test suite injects each :class:`Mistake`'s code into the student's
   solution cell, autogrades with nbgrader and proves it loses marks with its
   own message, and injects each correct :class:`Variant` and proves it earns
@@ -17,8 +17,15 @@ cell that defines the contract name(s), with one thing wrong.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+import json
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from attncourse.protocol.cases import StoredCase
+
+COURSE = Path(__file__).resolve().parents[1]   # the course folder this graders/ belongs to
 
 PRELUDE = (
     "import math\n"
@@ -27,6 +34,24 @@ PRELUDE = (
     "import torch.nn as nn\n"
     "import torch.nn.functional as F\n"
 )
+
+
+@lru_cache(maxsize=None)
+def source_cells(section: str, course: Path = COURSE) -> dict:
+    """grade_id -> source of every nbgrader cell of ``source/<section>/<section>.ipynb``.
+
+    The source notebook is the one edited source of a section: the reference solutions and the given
+    code of the hidden tests are read from its cells, never written a second time here.
+    """
+    path = Path(course) / "source" / section / f"{section}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    out = {}
+    for cell in nb["cells"]:
+        gid = (cell.get("metadata", {}).get("nbgrader") or {}).get("grade_id")
+        if gid:
+            src = cell.get("source", "")
+            out[gid] = "".join(src) if isinstance(src, list) else src
+    return out
 
 
 def patch(reference: str, *pairs: str) -> str:
@@ -66,39 +91,37 @@ class Variant:
     code: str
 
 
-@dataclass
-class Case:
-    """One hidden check of an exercise.
+@dataclass(kw_only=True, init=False)
+class Case(StoredCase):
+    """One hidden check of an exercise, as written here: a :class:`StoredCase` plus its name and seed.
 
-    kind: ``call`` (a function), ``module`` (an nn.Module class built with
-    ``init`` and loaded with ``params``), ``value`` (a hand-computed answer
-    compared with ``expected``) or ``raises`` (a call that must raise one of
-    ``raises``).
-    A ``value`` case compares the student's variable with the value that the
-    exercise's ``reference`` code assigns (and each mistake's code assigns).
-    ``args``/``kwargs``/``params`` values may be callables taking a seeded
-    ``torch.Generator`` (evaluated once, at build time, stored as float64).
+    ``Case(name, what, kind=..., args=..., ...)``; every other field is the stored case's (see
+    :class:`attncourse.protocol.cases.StoredCase`: one schema for authors, the build, the kernel and
+    the judge).  Here ``args``/``kwargs``/``params`` values may be callables taking a seeded
+    ``torch.Generator`` (evaluated once, at build time, stored as float64).  A ``value`` case
+    compares the student's variable with the value that the exercise's ``reference`` code assigns
+    (and each mistake's code assigns); ``mistake_values`` adds wrong values with their messages.
     """
 
-    name: str
-    what: str
-    kind: str = "call"
-    args: Any = ()
-    kwargs: dict = field(default_factory=dict)
-    init: dict = field(default_factory=dict)
-    params: Any = None
-    dtype: str = "float32"
-    device: str = "cpu"
-    api: str = "torch"
-    labels: list | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    expected: Any = None
-    mistake_values: dict = field(default_factory=dict)  # value kind: key -> (message, wrong value)
-    raises: list | None = None
-    cast: bool = True
-    hint: str | None = None
+    name: str = ""
     seed: int = 0
+    mistake_values: dict = field(default_factory=dict)
+
+    def __init__(self, name: str, what: str, **kw):
+        self.name, self.seed = name, kw.pop("seed", 0)
+        self.mistake_values = kw.pop("mistake_values", {})
+        kw.setdefault("args", ())
+        kw.setdefault("kwargs", {})
+        kw.setdefault("init", {})
+        StoredCase.__init__(self, what=what, **kw)
+
+    def stored(self) -> StoredCase:
+        """This case's fields as a stored case, without its inputs and outputs (the build fills them in)."""
+        names = [f.name for f in fields(StoredCase) if f.name not in INPUT_FIELDS]
+        return StoredCase(**{n: getattr(self, n) for n in names})
+
+
+INPUT_FIELDS = ("args", "kwargs", "init", "params", "expected", "mistakes")
 
 
 @dataclass
@@ -119,6 +142,9 @@ class Exercise:
     variants: list = field(default_factory=list)
     given: str = ""
     context: Callable[[], dict] | None = None
+    # The section's own words the judge shows for this exercise, by key: ``property.<label>`` (a failed
+    # invariant of a ``property`` case), ``raises.no_message`` (an error raised without a message).
+    messages: dict = field(default_factory=dict)
     # Name of a function in ``given`` that the hidden cells wrap the answer in,
     # ``GRADER.check(ex, case, wrap(answer))``: the build and the tests grade ``wrap(answer)`` too.
     # For answers that a single call on stored inputs cannot show (a training step's effect on a

@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import ROOT, read_nb, with_cells
+from attncourse.course import with_python_bin
+
+from tests.harness import ROOT, read_nb, with_cells
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
 CHROMIUM_ENV = "ATTNCOURSE_CHROMIUM"
@@ -120,7 +122,7 @@ class Lab:
         # none of the test runner's Jupyter or course settings: a fresh user's environment
         env = {k: v for k, v in env.items() if not k.startswith(("JPY_", "JUPYTER_", "ATTNCOURSE_"))}
         env.update({
-            "PATH": os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+            "PATH": with_python_bin(env.get("PATH", "")),
             "JUPYTERLAB_SETTINGS_DIR": str(settings),
             "JUPYTERLAB_WORKSPACES_DIR": str(self.state / "workspaces"),
             "JUPYTER_RUNTIME_DIR": str(self.state / "runtime"),

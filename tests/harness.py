@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -61,19 +60,20 @@ def cell_text(cell) -> str:
 
 
 class Course:
+    """A scratch course (:mod:`attncourse.judge.scratch`) of some sections of this one, graded as an instructor would."""
+
     def __init__(self, root: Path, sections=None):
+        from attncourse.judge.scratch import course_files, write_course
+
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "nbgrader_config.py", self.root / "nbgrader_config.py")
-        shutil.copytree(ROOT / "graders", self.root / "graders", ignore=shutil.ignore_patterns("__pycache__"))
         for name in sections or [p.name for p in (ROOT / "source").iterdir() if p.is_dir()]:
-            shutil.copytree(ROOT / "source" / name, self.root / "source" / name,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+            write_course(self.root, course_files(ROOT, name), name)
 
     def nbgrader(self, *args, timeout=1800, check=True) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=course_env(),
                               capture_output=True, text=True, timeout=timeout)
-        from tools.grade import check_config_loaded
+        from instructor.serial import check_config_loaded
 
         check_config_loaded(proc)
         if check and proc.returncode != 0:
@@ -140,13 +140,13 @@ def corpus_cases(batch: str) -> dict:
     import importlib
     import pkgutil
 
-    import corpus
+    from tests import corpus
 
     out = {}
     for info in pkgutil.iter_modules(corpus.__path__):
         if info.name.startswith("_"):
             continue
-        mod = importlib.import_module(f"corpus.{info.name}")
+        mod = importlib.import_module(f"tests.corpus.{info.name}")
         if getattr(mod, "BATCH", None) == batch:
             out[info.name] = mod
     return out
@@ -160,8 +160,8 @@ def slim(nb):
 
 
 def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | None = None):
-    """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via tools/grade.py."""
-    from tools.grade import grade
+    """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via instructor/serial.py."""
+    from instructor.serial import grade
 
     section = CORPUS_SECTION
     course = Course(root, [section])
@@ -215,7 +215,7 @@ def base_student(mod) -> str:
 
 def corpus_bases(cases: dict, source, release=None) -> dict:
     """student id -> a function building that honest base submission (one per distinct base)."""
-    from corpus._base import WRONG
+    from tests.corpus._base import WRONG
 
     out = {}
     for mod in cases.values():
@@ -250,7 +250,7 @@ def pairing_problems(cases: dict, report: dict) -> list[str]:
 
 def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
     """Every way the batch's outcome differs from what each corpus module expects."""
-    from attncourse.calls import calls_exercise
+    from attncourse.protocol.calls import calls_exercise
 
     section = CORPUS_SECTION
 

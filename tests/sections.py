@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attncourse.course import SECTIONS
-from harness import ROOT
+from tests.harness import ROOT
 
 
 def with_source():
@@ -25,7 +25,7 @@ def params(names):
 
 def checks_of(nb, exercise: str) -> list[str]:
     """grade_ids of the test cells that call GRADER.check on ``exercise``."""
-    from attncourse.calls import calls_exercise
+    from attncourse.protocol.calls import calls_exercise
 
     return [c.metadata["nbgrader"]["grade_id"] for c in nb.cells
             if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"

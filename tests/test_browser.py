@@ -24,10 +24,10 @@ import nbformat
 import pytest
 
 pytest.register_assert_rewrite("browser")
-from browser import ARTIFACTS, Lab, NotebookPage, page_text, student_work, why_no_browser  # noqa: E402
-from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, course_env, read_nb  # noqa: E402
+from tests.browser import ARTIFACTS, PANEL, Lab, NotebookPage, page_text, student_work, why_no_browser  # noqa: E402
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, course_env, read_nb  # noqa: E402
 
-pytest_plugins = ["browser"]  # screenshot + page text of a failed test (browser.pytest_runtest_makereport)
+pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test (browser.pytest_runtest_makereport)
 pytestmark = pytest.mark.xdist_group("browser")
 
 SECTION = CORPUS_SECTION          # 02_qkv_by_hand: the student and self-study flows
@@ -47,7 +47,7 @@ XSS_CELL = ("from IPython.display import HTML, Javascript, display\n"
 
 
 def _correct_sdpa() -> str:
-    from corpus._base import CORRECT
+    from tests.corpus._base import CORRECT
 
     return CORRECT.strip()
 
@@ -76,7 +76,7 @@ def chromium():
         pytest.skip(f"no browser here: {reason}")
     from playwright.sync_api import Error, sync_playwright
 
-    from browser import chromium_path
+    from tests.browser import chromium_path
 
     pw = sync_playwright().start()
     try:
@@ -144,7 +144,7 @@ class ClassGrading:
             course.submit("mallory", MANUAL, mallory)
             out = course.root / "grade-report.json"
             # what `./course grade 07_bert_probe --root DIR` runs once the environment is set up
-            cmd = [sys.executable, "-m", "tools.grade", MANUAL, "--root", str(course.root), "--json", str(out)]
+            cmd = [sys.executable, "-m", "instructor.grade", MANUAL, "--root", str(course.root), "--json", str(out)]
             proc = subprocess.run(cmd, cwd=ROOT, env=course_env(), capture_output=True, text=True, timeout=900)
             if proc.returncode != 0 or not out.is_file():
                 raise RuntimeError(f"./course grade failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -273,7 +273,7 @@ def test_student_validates_a_released_notebook(lab, page):
 # -- self-study -----------------------------------------------------------------------------------
 def test_selfstudy_check_cell_shows_points_and_the_mistake(lab, course, page):
     """notebooks/ edition with saved work (one mistake): the last cell shows points per exercise and the mistake."""
-    from corpus._base import WRONG  # the scores are not divided by sqrt(d_k)
+    from tests.corpus._base import WRONG  # the scores are not divided by sqrt(d_k)
 
     from playwright.sync_api import expect
 
@@ -378,7 +378,7 @@ def test_instructor_formgrader_lists_scores_and_records_a_manual_grade(lab, cour
 # -- the class report -----------------------------------------------------------------------------
 def _report_command():
     if (ROOT / "tools" / "report.py").is_file():
-        return [sys.executable, "-m", "tools.report"]
+        return [sys.executable, "-m", "instructor.report"]
     if re.search(r"^\s*report\)", (ROOT / "course").read_text(), re.M):
         return [str(ROOT / "course"), "report"]
     return None
@@ -390,7 +390,7 @@ def test_class_report_page(request, lab, page):
 
     cmd = _report_command()
     if cmd is None:
-        pytest.skip("./course report does not exist yet (no tools/report.py, no report subcommand in ./course)")
+        pytest.skip("./course report does not exist yet (no instructor/report.py, no report subcommand in ./course)")
     course = request.getfixturevalue("course")
     students = request.getfixturevalue("graded_class")["students"]
     out = course.root / "reports"
@@ -414,3 +414,88 @@ def test_class_report_page(request, lab, page):
     for secret in ("BEGIN HIDDEN", "GRADER.check(", "BEGIN SOLUTION"):
         assert secret not in text, secret
     assert not leaked_numbers(text, reference_values(MANUAL), min_places=5)
+
+
+# -- an instructor edits a section in JupyterLab -------------------------------------------------
+EDITED = "03_masking"
+NEW_SENTENCE = "Edited in the browser: the diagonal is always allowed."
+NEW_COMMENT = "# checked in the browser"
+
+
+@pytest.fixture
+def editable_course(tmp_path):
+    """A copy of the whole course (sources, specs, data, generated files) an instructor can edit and build."""
+    import shutil
+
+    root = tmp_path / "course"
+    root.mkdir()
+    keep = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
+    for name in ("source", "graders", "release", "notebooks"):
+        shutil.copytree(ROOT / name, root / name, ignore=keep)
+    shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+    return root
+
+
+def test_instructor_edits_a_section_in_jupyterlab_and_builds_it(chromium, page, editable_course, tmp_path):
+    """Open source/03 in JupyterLab, edit a markdown cell and a solution cell through the UI, save, run
+    ./course build: the sentence is in release/ and notebooks/, the spec reads the new solution, the reference
+    data was rebuilt from it, and the instructor's notebook still earns full marks."""
+    import hashlib
+
+    import nbformat
+
+    from tests.harness import Course, read_nb
+
+    root = editable_course
+    src = root / "source" / EDITED / f"{EDITED}.ipynb"
+    data = root / "graders" / "data" / f"{EDITED}.pt"
+    stamp_before = json.loads((root / "graders" / "data" / f"{EDITED}.build.json").read_text())
+    lab = Lab(root_dir=root, cwd=root, state=tmp_path / "lab-state").start()
+    try:
+        nbp = NotebookPage(page, lab, f"source/{EDITED}/{EDITED}.ipynb").open()
+        # a markdown cell: double-click to edit, replace its text, render it
+        md = page.locator(f"{PANEL} .jp-MarkdownCell").filter(has_text="Every row sums to 1")
+        md.dblclick()
+        md.locator(".cm-content").click()
+        page.keyboard.press("ControlOrMeta+a")
+        page.keyboard.insert_text(NEW_SENTENCE)
+        page.keyboard.press("Shift+Enter")
+        # a solution cell: a line after the signature (shown to students too)
+        sol = nbp.cell("def causal_mask(T, device=None):")
+        sol.locator(".cm-line").first.click()
+        page.keyboard.press("End")
+        page.keyboard.press("Enter")
+        page.keyboard.insert_text(NEW_COMMENT)
+        page.keyboard.press("Escape")
+        shot(page, "authoring", "1-edited")
+        nbp.save()
+    finally:
+        lab.stop()
+    saved = src.read_text()
+    assert NEW_SENTENCE in saved and NEW_COMMENT in saved
+
+    build = subprocess.run([sys.executable, "-m", "authoring.build", EDITED, "--root", str(root)], cwd=root,
+                           env={**course_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert f"wrote graders/data/{EDITED}.pt" in build.stdout, build.stdout   # a solution changed: rebuilt
+    for gen in ("release", "notebooks"):
+        text = (root / gen / EDITED / f"{EDITED}.ipynb").read_text()
+        assert NEW_SENTENCE in text and NEW_COMMENT in text, gen
+        assert "BEGIN SOLUTION" not in text, gen
+    stamp = json.loads((root / "graders" / "data" / f"{EDITED}.build.json").read_text())
+    assert stamp["reference_inputs"] != stamp_before["reference_inputs"]
+    assert stamp["data"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    # the spec (the copy's graders/) reads the new solution from the notebook
+    probe = subprocess.run([sys.executable, "-c", f"from graders.s{EDITED} import CAUSAL_REF; print(CAUSAL_REF)"],
+                           cwd=root, env={**course_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True)
+    assert NEW_COMMENT in probe.stdout, probe.stdout + probe.stderr
+    assert (nbformat.read(str(src), as_version=4).cells[0].source ==
+            read_nb(ROOT / "source" / EDITED / f"{EDITED}.ipynb").cells[0].source)   # the rest untouched
+    # the edited instructor notebook, submitted and graded in that course: full marks
+    course = Course.__new__(Course)
+    course.root = root
+    course.generate(EDITED)
+    course.submit("instructor", EDITED, read_nb(src))
+    course.autograde(EDITED, "instructor")
+    scores = course.scores(EDITED, "instructor")
+    assert scores and all(got == full for got, full in scores.values()), scores

@@ -1,4 +1,4 @@
-"""Grading a class on Dask (tools/classgrade.py, `./course grade`) into one gradebook.
+"""Grading a class on Dask (instructor/cluster.py, `./course grade`) into one gradebook.
 
 One small class of section 02 (slim notebooks: a correct one, a known mistake, a
 kernel that dies, a notebook that is not JSON, a late one) is graded twice: by plain serial ``nbgrader autograde`` and by
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, slim, tree_hashes, with_cells
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, slim, tree_hashes, with_cells
 
 pytestmark = pytest.mark.xdist_group("classgrade")
 SECTION = CORPUS_SECTION
@@ -26,8 +26,8 @@ def _class(course: Course):
     """The same submissions in any course folder: ordinary ones, faults, and two tricks (tests/corpus)."""
     import copy
 
-    from corpus import f_kernel_dies, t_hook_partial_credit, t_link_overwrite, t_link_reference
-    from corpus._base import WRONG
+    from tests.corpus import f_kernel_dies, t_hook_partial_credit, t_link_overwrite, t_link_reference
+    from tests.corpus._base import WRONG
 
     src = slim(course.source_nb(SECTION))
     release = slim(course.release_nb(SECTION))
@@ -71,7 +71,7 @@ def _snapshot(db_url: str, section: str = SECTION) -> dict:
 @pytest.fixture(scope="module")
 def client():
     """One local Dask cluster (2 worker processes) for the module's grading runs."""
-    from tools.classgrade import cluster
+    from instructor.cluster import cluster
 
     with cluster(workers=2, log=lambda *a: None) as c:
         yield c
@@ -80,7 +80,7 @@ def client():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, client):
     """(serial course, dask course, dask report): the class graded both ways."""
-    from tools.classgrade import grade_class
+    from instructor.cluster import grade_class
 
     tmp = tmp_path_factory.mktemp("classgrade")
     serial = Course(tmp / "serial", [SECTION])
@@ -141,7 +141,9 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
 
     import nbformat
 
-    from tools.classgrade import files_hash, grade_task, make_kit, submission_files, task_environment
+    from attncourse.judge.scratch import tree_hash as files_hash
+    from instructor.kit import make_kit, submission_files
+    from instructor.task import grade_task, task_environment
 
     _, par, _ = runs
     kit = make_kit(par.root, SECTION)
@@ -180,7 +182,7 @@ def test_report_names_faults_and_mistakes(runs):
     assert any("not valid JSON" in r for r in st["notjson"]["reasons"]), st["notjson"]
     assert st["worker_dies"]["reasons"] == ["grading failed: worker died"], st["worker_dies"]
     assert report["engine"] == "dask"
-    from tools.grade import format_report
+    from instructor.outcome import format_report
 
     assert "grading failed: worker died" in format_report(report)
 
@@ -200,7 +202,7 @@ def test_class_report(runs):
     """./course report: HTML with PNG plots and CSVs: scores, pass rates, named mistakes, faults."""
     import csv
 
-    from tools.report import write_report
+    from instructor.report import write_report
 
     _, par, _ = runs
     index = write_report(par.root, SECTION)
@@ -228,11 +230,11 @@ def test_class_report(runs):
 def test_grade_before_generate_says_what_to_run(tmp_path):
     course = Course(tmp_path / "c", [SECTION])
     course.submit("a", SECTION, "{}")
-    proc = subprocess.run([sys.executable, "-m", "tools.grade", "02", "--root", str(course.root)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "instructor.grade", "02", "--root", str(course.root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert f"nbgrader generate_assignment {SECTION}" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "tools.grade", "42_nope", "--root", str(course.root)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "instructor.grade", "42_nope", "--root", str(course.root)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "unknown section" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -303,7 +305,7 @@ def postgres():
 
 def test_postgresql_gradebook(postgres, runs, client, tmp_path):
     """CourseDirectory.db_url on a real PostgreSQL server: the same scores as the SQLite gradebook."""
-    from tools.classgrade import grade_class
+    from instructor.cluster import grade_class
 
     serial, _, _ = runs
     course = Course(tmp_path / "pg", [SECTION])
@@ -312,7 +314,7 @@ def test_postgresql_gradebook(postgres, runs, client, tmp_path):
     course.generate(SECTION)
     assert not (course.root / "gradebook.db").exists()
     src = slim(course.source_nb(SECTION))
-    from corpus._base import WRONG
+    from tests.corpus._base import WRONG
 
     course.submit("good", SECTION, src)
     course.submit("wrong", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
@@ -327,8 +329,8 @@ def test_postgresql_gradebook(postgres, runs, client, tmp_path):
 
 def test_rerun_grades_only_new_or_changed_submissions(runs, client):
     """Incremental (runs last on the Dask course): unchanged -> skipped; failed or changed -> graded again."""
-    from corpus._base import CORRECT
-    from tools.classgrade import grade_class
+    from tests.corpus._base import CORRECT
+    from instructor.cluster import grade_class
 
     serial, par, first = runs
     assert sorted(first["graded_now"]) == sorted(first["students"])
@@ -348,8 +350,8 @@ def test_report_counts_checks_that_hit_a_limit_as_faults():
     """A hidden check stopped by its time or memory limit is a fault in the class report, not a mistake."""
     import nbformat
 
-    from attncourse.judge import explain_exception
-    from tools.report import check_faults
+    from attncourse.judge.verdict import explain_exception
+    from instructor.report import check_faults
 
     def cell(gid, evalue):
         c = nbformat.v4.new_code_cell("GRADER.check(...)", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
@@ -392,7 +394,7 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
     import dask
     from distributed import Client, LocalCluster
 
-    from tools.classgrade import KitFutures
+    from instructor.kit import KitFutures
 
     kit = {"section": "s", "files": {"x": b"k" * 1000}, "hash": "h"}
     size = lambda k: len(k["files"]["x"])  # noqa: E731

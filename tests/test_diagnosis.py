@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from attncourse.grading import Grader, GradingError
-from sections import params, with_grader
+from attncourse.kernel.grader import Grader, GradingError
+from tests.sections import params, with_grader
 
 
 def _run_all(grader, ex, code):
-    from graders.build import define
+    from authoring.references import define
 
     obj = define(ex, code)
     context = ex.context() if ex.context else {}
@@ -31,7 +31,7 @@ def _run_all(grader, ex, code):
 def root_env(monkeypatch_module=None):
     import os
 
-    from harness import ROOT
+    from tests.harness import ROOT
 
     old = os.environ.get("ATTNCOURSE_ROOT")
     os.environ["ATTNCOURSE_ROOT"] = str(ROOT)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from harness import ROOT
+from tests.harness import ROOT
 
 
 def _pins(lines):

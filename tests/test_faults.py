@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from harness import CORPUS_SECTION, corpus_problems, grade_corpus
+from tests.harness import CORPUS_SECTION, corpus_problems, grade_corpus
 
 pytestmark = pytest.mark.xdist_group("corpus_faults")
 
@@ -38,7 +38,7 @@ def test_faults_are_contained(batch):
 
 
 def test_report_prints_every_student(batch):
-    from tools.grade import format_report
+    from instructor.outcome import format_report
 
     _, _, cases, report = batch
     text = format_report(report)
@@ -69,8 +69,8 @@ def test_feedback_html_names_the_mistake_without_reference_values(batch):
 
 def test_check_time_limit_in_process(monkeypatch):
     """The kernel-side runner stops a looping call itself (ATTNCOURSE_CHECK_TIMEOUT); the judge says so."""
-    from attncourse import grading
-    from attncourse.judge import explain_exception
+    from attncourse.kernel import grader as grading
+    from attncourse.judge.verdict import explain_exception
 
     monkeypatch.setenv("ATTNCOURSE_CHECK_TIMEOUT", "0.5")
 
@@ -78,13 +78,13 @@ def test_check_time_limit_in_process(monkeypatch):
         while True:
             pass
 
-    got, exc = grading._guarded(loop)
+    got, exc = grading.call_guarded(loop)
     assert got is None and "more than 0.5 s" in str(exc)
-    assert "timed out" in explain_exception(grading._error(exc)["error"], None)
+    assert "timed out" in explain_exception(grading.error_facts(exc)["error"], None)
 
 
 def test_grade_command_survives_an_empty_section(tmp_path):
-    from tools.grade import grade
+    from instructor.serial import grade
 
     report = grade(CORPUS_SECTION, tmp_path, log=lambda *a: None)
     assert report["students"] == {}

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import ROOT, Course, cell_text, read_nb, with_cells
-from sections import checks_of, params, with_source
+from tests.harness import ROOT, Course, cell_text, read_nb, with_cells
+from tests.sections import checks_of, params, with_source
 
 
 @functools.lru_cache(maxsize=None)

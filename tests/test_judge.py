@@ -13,13 +13,14 @@ import pytest
 import torch
 from nbformat.notebooknode import NotebookNode
 
-from attncourse.calls import check_calls
-from attncourse.cases import SECRET, StoredCase
-from attncourse.grading import run
-from attncourse.preprocessors import judge_cell, reference_data
-from attncourse.records import MIME, decode, encode
-from harness import ROOT
-from sections import with_grader
+from attncourse.protocol.calls import check_calls
+from attncourse.protocol.cases import SECRET, StoredCase
+from attncourse.kernel.grader import run
+from attncourse.judge.preprocessors import judge_cell, reference_data
+from attncourse.kernel.encode import encode
+from attncourse.protocol.records import MIME, decode
+from tests.harness import ROOT
+from tests.sections import with_grader
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,7 +92,7 @@ def _records(section, calls, answer):
 
 def _sdpa_source():
     from graders import load_section
-    from graders.build import define
+    from authoring.references import define
 
     ex = load_section("02_qkv_by_hand").exercise("scaled_dot_product_attention")
     return define(ex, ex.reference), define(ex, ex.mistakes[0].code)

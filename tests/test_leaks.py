@@ -239,7 +239,7 @@ def test_06s_given_attention_keeps_section_04s_contract():
     """06's given MultiHeadAttention, written another way, still computes what section 04's reference does."""
     import torch
 
-    from graders.s04_multi_head import MHA_REF, _causal, _full_mask, _padding, _params
+    from graders.s04_multi_head import MHA_REF, causal_mask_input, random_mask_input, padding_mask_input, mha_params_input
     from graders.s06_transformer_block import MHA_GIVEN
     from graders.spec import PRELUDE
 
@@ -250,8 +250,8 @@ def test_06s_given_attention_keeps_section_04s_contract():
 
     ref_cls, given_cls = module(MHA_REF), module(MHA_GIVEN)
     g = torch.Generator().manual_seed(0)
-    for mask in [None, _causal(), _padding(), _full_mask(g), _causal().int()]:
-        params, x = _params(g), torch.randn(2, 5, 16, generator=g, dtype=torch.float64)
+    for mask in [None, causal_mask_input(), padding_mask_input(), random_mask_input(g), causal_mask_input().int()]:
+        params, x = mha_params_input(g), torch.randn(2, 5, 16, generator=g, dtype=torch.float64)
         ref, given = ref_cls(16, 4).double(), given_cls(16, 4).double()
         for m in (ref, given):
             m.load_state_dict({k: v.double() for k, v in params.items()})
@@ -260,6 +260,6 @@ def test_06s_given_attention_keeps_section_04s_contract():
     assert (given.n_heads, given.d_k) == (ref.n_heads, ref.d_k)
     assert [n for n, _ in given.named_parameters()] == [n for n, _ in ref.named_parameters()]
     with torch.no_grad():
-        assert given_cls(16, 4).bfloat16()(torch.randn(2, 5, 16).bfloat16(), _padding()).dtype == torch.bfloat16
-        y = given_cls(16, 4).to("meta")(torch.randn(2, 5, 16, device="meta"), _causal().to("meta"))
+        assert given_cls(16, 4).bfloat16()(torch.randn(2, 5, 16).bfloat16(), padding_mask_input()).dtype == torch.bfloat16
+        y = given_cls(16, 4).to("meta")(torch.randn(2, 5, 16, device="meta"), causal_mask_input().to("meta"))
     assert y.shape == (2, 5, 16) and y.device.type == "meta"

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from harness import ROOT, cell_text, course_env
+from tests.harness import ROOT, cell_text, course_env
 
 SECTION = "07_bert_probe"
 SOURCE = ROOT / "source" / SECTION / f"{SECTION}.ipynb"
@@ -99,11 +99,10 @@ def offline(cmd: list[str], tmp_path: Path, timeout: int):
 def test_load_bert_never_touches_the_network(tmp_path):
     """Connections are refused in-process as well, so a loader that tried to reach a hub would fail loudly."""
     script = tmp_path / "load.py"
-    script.write_text(BLOCK_NET + textwrap.dedent(f'''
-        import sys, time
-        sys.path.insert(0, {str(ROOT)!r})
+    script.write_text(BLOCK_NET + textwrap.dedent('''
+        import time
         import torch
-        from attncourse.models import choose_model, load_bert, load_shipped
+        from attncourse.teach.models import choose_model, load_bert, load_shipped
         start = time.perf_counter()
         bert = load_bert()
         enc = bert.tokenizer("The animal didn't cross the street", return_tensors="pt")

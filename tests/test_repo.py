@@ -6,8 +6,8 @@ import re
 import pytest
 import torch
 
-from harness import ROOT, read_nb
-from sections import params, with_grader, with_source
+from tests.harness import ROOT, read_nb
+from tests.sections import params, with_grader, with_source
 
 
 @pytest.mark.parametrize("section", params(with_source()))
@@ -56,22 +56,22 @@ def test_release_hides_solutions_and_hidden_tests(section):
 
 @pytest.mark.parametrize("section", params(with_grader()))
 def test_reference_data_in_sync_with_spec(section):
-    from graders.build import DATA_DIR, build_section, same
+    from authoring.references import DATA_DIR, build_section, same
 
     fresh = build_section(section, log=lambda *a: None)
     stored = torch.load(DATA_DIR / f"{section}.pt", weights_only=True)
     assert fresh.keys() == stored.keys()
-    assert fresh["messages"] == stored["messages"], "messages changed: run python -m graders.build"
-    assert fresh["cases"].keys() == stored["cases"].keys(), "cases changed: run python -m graders.build"
+    assert fresh["messages"] == stored["messages"], "messages changed: run python -m authoring.references"
+    assert fresh["cases"].keys() == stored["cases"].keys(), "cases changed: run python -m authoring.references"
     for key in fresh["cases"]:
         assert same(fresh["cases"][key], stored["cases"][key], atol=1e-10, rtol=1e-8, strict=True), (
-            f"{key} differs: run python -m graders.build")
+            f"{key} differs: run python -m authoring.references")
 
 
 @pytest.mark.parametrize("section", params(with_grader()))
 def test_every_hidden_case_is_called_and_every_call_has_a_case(section):
     """The source notebook's hidden cells and the grader's stored cases name the same checks, once each."""
-    from attncourse.calls import check_calls
+    from attncourse.protocol.calls import check_calls
 
     stored = torch.load(ROOT / "graders" / "data" / f"{section}.pt", weights_only=True)["cases"]
     src = read_nb(ROOT / "source" / section / f"{section}.ipynb")
@@ -84,7 +84,7 @@ def test_every_hidden_case_is_called_and_every_call_has_a_case(section):
 
 def test_student_package_has_no_solutions_or_reference_data():
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert re.search(r'packages\s*=\s*\["attncourse"\]', pyproject), "only attncourse may be installed"
+    assert re.search(r'include\s*=\s*\["attncourse\*"\]', pyproject), "only attncourse may be installed"
     for path in (ROOT / "attncourse").rglob("*"):
         if path.is_file() and path.suffix in (".py", ".json", ".txt"):
             text = path.read_text()
@@ -92,21 +92,48 @@ def test_student_package_has_no_solutions_or_reference_data():
         assert path.suffix not in (".pt", ".npz", ".npy", ".pkl"), f"data file in the student package: {path}"
 
 
-AUTHORING = {p.stem[1:]: p.stem for p in (ROOT / "tools" / "authoring").glob("s[0-9][0-9]_*.py")}
+@pytest.mark.parametrize("section", params(with_source()))
+def test_generated_files_are_what_the_last_build_wrote(section):
+    """source/ is the one edited source: the reference data, release/ and notebooks/ are what ./course build wrote
+    from it (graders/data/NN.build.json records the hashes), and the source is in nbformat's canonical form."""
+    import hashlib
+    import json
+
+    import nbformat
+
+    stamp_path = ROOT / "graders" / "data" / f"{section}.build.json"
+    assert stamp_path.is_file(), f"{section} was never built: run ./course build {section}"
+    stamp = json.loads(stamp_path.read_text())
+    files = {"source": ROOT / "source" / section / f"{section}.ipynb", "data": ROOT / "graders" / "data" / f"{section}.pt",
+             "release": ROOT / "release" / section / f"{section}.ipynb",
+             "notebooks": ROOT / "notebooks" / section / f"{section}.ipynb"}
+    stale = [k for k, p in files.items() if hashlib.sha256(p.read_bytes()).hexdigest() != stamp.get(k)]
+    assert not stale, f"{stale} of {section} changed since the last build: run ./course build {section}"
+    src = files["source"]
+    assert src.read_text(encoding="utf-8") == nbformat.writes(nbformat.read(str(src), as_version=4)) + "\n"
 
 
-@pytest.mark.parametrize("section", params([s for s in with_source() if s in AUTHORING]))
-def test_authoring_script_reproduces_source(section, tmp_path):
-    """The authoring script is how source/NN/NN.ipynb is made: running it gives the committed file."""
-    import os
-    import subprocess
-    import sys
+def test_reference_inputs_cover_the_notebook_and_the_spec(tmp_path):
+    """The build rebuilds the reference data exactly when a solution, given cell, hidden test or spec changed."""
+    import shutil
 
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-m", f"tools.authoring.{AUTHORING[section]}"], cwd=tmp_path, env=env,
-                   check=True, capture_output=True, text=True)
-    fresh = tmp_path / "source" / section / f"{section}.ipynb"
-    committed = ROOT / "source" / section / f"{section}.ipynb"
-    assert fresh.read_text() == committed.read_text(), (
-        f"source/{section} differs from what tools/authoring/{AUTHORING[section]}.py writes: "
-        "edit the script, re-run it, then ./course generate")
+    import nbformat
+
+    from authoring.build import Paths, reference_inputs
+
+    section = "03_masking"
+    for name in ("source", "graders"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    paths = Paths(tmp_path, section)
+    nb = nbformat.read(str(paths.source), as_version=4)
+    base = reference_inputs(paths, nb)
+    prose = [c for c in nb.cells if c.cell_type == "markdown" and not c.metadata.get("nbgrader")][0]
+    prose.source += " More prose."
+    assert reference_inputs(paths, nb) == base, "a prose edit must not rebuild the reference data"
+    sol = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")][0]
+    sol.source += "\n# an edit"
+    assert reference_inputs(paths, nb) != base, "a solution edit must rebuild it"
+    sol.source = sol.source.replace("\n# an edit", "")
+    spec = tmp_path / "graders" / f"s{section}.py"
+    spec.write_text(spec.read_text() + "\n# an edit\n")
+    assert reference_inputs(paths, nb) != base, "a spec edit must rebuild it"

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from attncourse.sandbox import KERNEL_ENV_ALLOW
-from harness import CORPUS_CELL, CORPUS_SECTION, Course, cell_by_id, slim, with_cells
+from attncourse.judge.sandbox import KERNEL_ENV_ALLOW
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, Course, cell_by_id, slim, with_cells
 
 pytestmark = pytest.mark.xdist_group("sandbox")
 
 
 def _need_bwrap():
-    from attncourse.sandbox import bwrap_works
+    from attncourse.judge.sandbox import bwrap_works
 
     ok, why = bwrap_works()
     if not ok:
@@ -64,7 +64,7 @@ def test_sandboxed_kernel_sees_only_its_submission(tmp_path):
     _need_bwrap()
     import json
 
-    from tools.grade import grade
+    from instructor.serial import grade
 
     section = CORPUS_SECTION
     course = Course(tmp_path / "c", [section])
@@ -96,8 +96,8 @@ def test_sandboxed_kernel_sees_only_its_submission(tmp_path):
 
 def test_bwrap_command_hides_the_course(tmp_path):
     """The command binds system and Python read-only, the working folder as a tmpfs, and no course folder."""
-    from attncourse.sandbox import bwrap_command, kernel_env
-    from harness import ROOT
+    from attncourse.judge.sandbox import bwrap_command, kernel_env
+    from tests.harness import ROOT
 
     (tmp_path / ".attncourse-inputs.pt").write_bytes(b"x")
     cmd = bwrap_command(["python"], rw=["/no/such/dir"], work=str(tmp_path), env=kernel_env({}, "/tmp"))
@@ -112,13 +112,12 @@ def test_bwrap_command_hides_the_course(tmp_path):
 
 
 def _grade_cmd(root, *extra, env=None):
-    import os
     import subprocess
     import sys
 
-    from harness import ROOT, course_env
+    from tests.harness import ROOT, course_env
 
-    return subprocess.run([sys.executable, "-m", "tools.grade", CORPUS_SECTION, "--root", str(root), *extra],
+    return subprocess.run([sys.executable, "-m", "instructor.grade", CORPUS_SECTION, "--root", str(root), *extra],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=course_env(env))
 
 
@@ -126,7 +125,7 @@ def test_no_grading_without_the_sandbox_unless_asked_by_name(tmp_path):
     """Where bubblewrap cannot run, ./course grade refuses in one line (Dask and serial), plain nbgrader starts
     no kernel; --unsandboxed grades, and the report says so."""
     _need_bwrap()
-    from harness import Course
+    from tests.harness import Course
 
     course = Course(tmp_path / "c", [CORPUS_SECTION])
     course.generate(CORPUS_SECTION)
@@ -141,7 +140,7 @@ def test_no_grading_without_the_sandbox_unless_asked_by_name(tmp_path):
     import subprocess
     import sys
 
-    from harness import course_env
+    from tests.harness import course_env
 
     p = subprocess.run([sys.executable, "-m", "nbgrader", "autograde", CORPUS_SECTION, "--create", "--force"],
                        cwd=course.root, capture_output=True, text=True, timeout=600, env=course_env(broken))
@@ -165,7 +164,7 @@ def test_a_symlinked_venv_runs_sandboxed(tmp_path):
     link = tmp_path / "venv"
     link.symlink_to(os.path.realpath(sys.prefix))
     py = link / "bin" / os.path.basename(sys.executable)
-    probe = ("import os, attncourse.sandbox as s\n"
+    probe = ("import os, attncourse.judge.sandbox as s\n"
              "{patch}print(s.bwrap_works()[0])\n")
     patch = "s._seen_at = lambda p: [os.path.realpath(p)]\n"
     env = {k: v for k, v in os.environ.items() if k != "ATTNCOURSE_BWRAP"}

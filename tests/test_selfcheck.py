@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import CORPUS_CELL, CORPUS_SECTION, ROOT, read_nb, with_cells
-from sections import params, with_source
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, read_nb, with_cells
+from tests.sections import params, with_source
 
 
 def _released():
@@ -13,7 +13,7 @@ def _released():
 
 @pytest.mark.parametrize("section", params(_released()))
 def test_notebooks_in_sync_with_release(section):
-    from tools.generate import selfstudy_notebook
+    from authoring.generate import selfstudy_notebook
 
     path = ROOT / "notebooks" / section / f"{section}.ipynb"
     assert path.is_file(), f"notebooks/{section} missing: run ./course generate"
@@ -28,8 +28,8 @@ def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
     import nbformat
 
     from attncourse.selfcheck import VISIBLE, check
-    from corpus._base import WRONG
-    from tools.generate import selfstudy_notebook
+    from tests.corpus._base import WRONG
+    from authoring.generate import selfstudy_notebook
 
     section = CORPUS_SECTION
     source = read_nb(ROOT / "source" / section / f"{section}.ipynb")
@@ -65,8 +65,8 @@ def test_selfcheck_gives_a_trick_no_marks(tmp_path):
     import nbformat
 
     from attncourse.selfcheck import run_check
-    from corpus import t_hook_partial_credit
-    from harness import slim
+    from tests.corpus import t_hook_partial_credit
+    from tests.harness import slim
 
     section = CORPUS_SECTION
     nb = t_hook_partial_credit.build(slim(read_nb(ROOT / "release" / section / f"{section}.ipynb")))

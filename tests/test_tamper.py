@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from harness import base_student, corpus_problems, grade_corpus, pairing_problems
+from tests.harness import base_student, corpus_problems, grade_corpus, pairing_problems
 
 pytestmark = pytest.mark.xdist_group("corpus_tamper")
 
@@ -75,7 +75,7 @@ def test_report_flags_tampering(batch):
 
 def test_no_trick_touches_other_students_or_the_gradebook(batch):
     """Links planted in a submission or by a kernel: every submission and the gradebook are as they were."""
-    from harness import tree_hashes
+    from tests.harness import tree_hashes
 
     course, _, _, report = batch
     assert tree_hashes(course.root / "submitted") == course.submitted_before
@@ -150,7 +150,7 @@ def test_honest_code_raises_no_flag():
     import re
 
     from graders import available_sections, load_section
-    from tools.grade import TAMPER_PATTERNS, ast_flags
+    from instructor.prescan import TAMPER_PATTERNS, ast_flags
 
     flagged = []
     for section in available_sections():

@@ -11,7 +11,7 @@ def _holders():
         roots.append(here)
         here = os.path.dirname(here)
     try:
-        import attncourse.grading as g
+        import attncourse.kernel.grader as g
         roots.append(str(g.find_course_root() or ""))
     except Exception:
         pass

@@ -4,7 +4,7 @@ from ._base import CORRECT
 BATCH, EXPECT, OTHERS = "tamper", "zero", False
 ALMOST = CORRECT.replace("return weights @ V, weights", "return weights @ V * 1.001, weights * 1.001")
 SDPA = ALMOST + '''
-import attncourse.grading as _g
+import attncourse.kernel.grader as _g
 _real_publish = _g._publish_record
 def _publish(record, text):
     if record.get("device") == "cpu":

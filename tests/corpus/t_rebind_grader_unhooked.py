@@ -4,7 +4,7 @@ BATCH, EXPECT, OTHERS = "tamper", "zero", False
 SDPA = WRONG + '''
 for _hooks in get_ipython().events.callbacks.values():
     _hooks.clear()
-from attncourse.grading import Grader
+from attncourse.kernel.grader import Grader
 Grader.check = lambda self, *a, **k: print("✓ " + a[0] + "  [#1 0123456789abcdef]")
 class _Pass:
     def check(self, exercise, case, answer, **kw):

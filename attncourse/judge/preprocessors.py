@@ -1,0 +1,211 @@
+"""nbgrader preprocessors around the kernel: it runs in a scratch folder, and the verdict is made here.
+
+``IsolatedExecute`` (replaces nbgrader's ``Execute``) runs the notebook in a kernel
+whose working folder is a private scratch folder, never the folder nbgrader later
+writes the autograded notebook to.  Into that folder it writes the section's hidden
+*inputs* — the stored cases without reference outputs, mistakes' outputs, hints or
+messages (:data:`attncourse.protocol.cases.INPUTS_FILE`); the setup cell's
+:class:`attncourse.kernel.grader.Grader` reads them and, for every ``GRADER.check`` call,
+publishes a record of what the student's code gave back.  When the kernel has
+stopped the scratch folder is deleted (``shutil.rmtree`` never follows links):
+nothing the kernel wrote comes back, only the notebook's outputs.  Sandboxed, the
+kernel does not even see that folder: it works in a size-limited tmpfs at the same
+path, holding the inputs file read-only (:mod:`attncourse.judge.sandbox`).
+
+``JudgeRecords`` (after it, before ``SaveAutoGrades``) sets what nbgrader scores.
+For every grade cell that calls ``GRADER.check`` it takes the list of checks from
+the cell's *locked* source (restored from the gradebook by nbgrader), requires
+exactly one record per check, in order, and judges each record against the
+instructor's reference (:func:`attncourse.judge.verdict.judge_record`).  The records are
+replaced by what the student may see: ``✓ check`` lines, and for a failed check an
+error output carrying the judge's message.  Then, for every grade cell, it removes
+whatever nbgrader would read as a score that the judge did not put there: an
+``execute_result`` (nbgrader's partial credit) becomes plain display data.  Missing,
+extra, repeated or reordered records make the cell score 0 with "tampering
+suspected".  Visible-check cells are worth 0 points (their verdict is made in the
+kernel, which the student controls): every point comes from the judge.
+
+Finally every output and every markdown cell is made safe to show an instructor
+(:mod:`attncourse.judge.sanitize`): formgrader, the feedback HTML and the class report
+render the autograded notebook.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+from nbformat.notebooknode import NotebookNode
+from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+from traitlets import Unicode
+
+from ..protocol.calls import check_calls
+from ..protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
+from .verdict import judge_record
+from ..protocol.records import MIME
+from .sanitize import safe_attachments, safe_markdown, safe_outputs
+
+TAMPERING = "TamperingSuspected"
+SCRATCH_PREFIX = "attncourse-run-"
+_CACHE: dict = {}
+
+
+def reference_data(root: str, section: str):
+    """The instructor's stored data of a section (cached per process, reloaded when the file changes), or None."""
+    import torch
+
+    path = os.path.join(root, "graders", "data", f"{section}.pt")
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+    hit = _CACHE.get(path)
+    if hit is None or hit[0] != stamp:
+        data = torch.load(path, weights_only=True)
+        hit = (stamp, data, inputs_only(data))
+        _CACHE[path] = hit
+    return hit[1], hit[2]
+
+
+def _section(resources):
+    return (resources.get("nbgrader") or {}).get("assignment")
+
+
+class _CourseRoot:
+    def _data(self, resources):
+        root = self.course_root or os.getcwd()
+        section = _section(resources)
+        return reference_data(root, section) if section else None
+
+
+class IsolatedExecute(_CourseRoot, Execute):
+    """nbgrader's Execute, with the kernel working in a private scratch folder that holds only the inputs."""
+
+    course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        import torch
+
+        resources = resources if resources is not None else {}
+        meta = resources.setdefault("metadata", {})
+        home = meta.get("path")
+        scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)    # 0700, this account's alone
+        try:
+            data = self._data(resources)
+            if data is not None:
+                torch.save(data[1], os.path.join(scratch, INPUTS_FILE))
+            meta["path"] = scratch                           # nbclient starts the kernel in metadata.path
+            return super().preprocess(nb, resources, km=km)
+        finally:
+            meta["path"] = home
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _stream(text):
+    return NotebookNode(output_type="stream", name="stdout", text=text)
+
+
+class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
+    """After the kernel: the verdict on every record, bound to the locked cell that asked for it; safe outputs."""
+
+    course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        data = self._data(resources)
+        reference = data[0] if data is not None else None
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code":
+                calls = check_calls(cell.source) if meta.get("grade") else []
+                if calls:
+                    judge_cell(cell, calls, reference)
+                else:   # records in a cell that asked for none earn nothing there
+                    cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
+                cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
+            elif cell.cell_type == "markdown":
+                cell.source = safe_markdown(cell.source)
+                if "attachments" in cell:
+                    cell.attachments = safe_attachments(cell.attachments)
+            elif cell.cell_type == "raw":
+                cell.metadata.pop("format", None)
+                cell.metadata.pop("raw_mimetype", None)
+        nb.metadata.pop("widgets", None)   # widget state comes from the kernel: formgrader would run its JS
+        return nb, resources
+
+
+# -- the verdict ----------------------------------------------------------------------------------------
+def judge_cell(cell, calls, reference) -> None:
+    """Replace the records in ``cell`` by verdicts; add an error output when any check failed."""
+    outputs, records = [], []
+    for o in cell.get("outputs", []):
+        data = o.get("data") or {}
+        if MIME in data:
+            records.append((len(outputs), data[MIME]))
+            outputs.append(None)  # placeholder: the verdict goes where the record was
+        else:
+            outputs.append(o)
+    errored = any(o is not None and o.get("output_type") == "error" for o in outputs)
+    failures, notes = [], []
+    got_calls = [(r.get("exercise"), r.get("case")) if isinstance(r, dict) else (None, None) for _, r in records]
+    numbers = [r.get("n") if isinstance(r, dict) else None for _, r in records]
+    bound = (got_calls == calls and all(isinstance(n, int) for n in numbers)
+             and numbers == sorted(set(numbers)))
+    if reference is None:
+        failures.append((TAMPERING if not errored else None,
+                         "the instructor's reference data for this section is missing: this check cannot be judged"))
+    elif not bound and not errored:
+        failures.append((TAMPERING, _binding_problem(calls, got_calls)))
+    lines, first = [], None
+    if reference is not None and (bound or errored):
+        cases, messages = reference["cases"], reference.get("messages", {})
+        for (idx, rec), (ex, case) in zip(records, calls):
+            if not isinstance(rec, dict) or (rec.get("exercise"), rec.get("case")) != (ex, case):
+                break
+            spec_dict = cases.get(f"{ex}:{case}")
+            spec = StoredCase.from_dict(spec_dict) if spec_dict is not None else None
+            name = label(ex, spec, case)
+            problem = judge_record(spec, rec, messages)
+            notes += [n for n in rec.get("notes") or [] if isinstance(n, str)]
+            first = idx if first is None else first
+            if problem is None:
+                lines.append(f"✓ {name}")
+            else:
+                lines.append(f"✗ {name}")
+                lines += _wrap(problem, indent="    ")
+                failures.append(("GradingError", f"{name}: {problem}"))
+    # one readable block of verdicts where the first record was; the records themselves are dropped
+    verdicts = {first: _stream("\n".join(lines) + "\n")} if lines else {}
+    cell.outputs = [verdicts.get(i, o) for i, o in enumerate(outputs) if o is not None or i in verdicts]
+    if notes:
+        cell.outputs.append(_stream("(tampering suspected: " + "; ".join(dict.fromkeys(notes)) + ")\n"))
+    failures = [(e, m) for e, m in failures if e]
+    if failures and not errored:
+        tampering = any(e == TAMPERING for e, _ in failures)
+        ename = TAMPERING if tampering else "GradingError"
+        message = "\n".join(m for _, m in failures)
+        if tampering:   # no verdict lines above: the reason is the traceback
+            shown = [f"{ename}:"] + [w for m in message.split("\n") for w in _wrap(m)]
+        else:           # the reasons are in the verdict lines above
+            n_bad = sum(1 for e, _ in failures if e == "GradingError")
+            shown = [f"{ename}: {n_bad} of {len(calls)} checks in this cell failed (the reasons are above)"]
+        cell.outputs.append(NotebookNode(output_type="error", ename=ename, evalue=message, traceback=shown))
+
+
+def _wrap(text: str, indent: str = "", width: int = 100) -> list[str]:
+    """Feedback lines that fit a page: nbgrader's HTML shows outputs unwrapped."""
+    import textwrap
+
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
+
+
+def _binding_problem(calls, got) -> str:
+    want = len(calls)
+    if not got:
+        why = "no record came back from the grader (was GRADER replaced, or its output removed?)"
+    elif len(got) > want:
+        why = f"{len(got)} records came back for {want} checks (extra or repeated records)"
+    elif len(got) < want:
+        why = f"only {len(got)} records came back for {want} checks"
+    else:
+        why = "the records do not match this cell's checks in order"
+    return f"tampering suspected: {why}; this cell scores 0"

@@ -1,0 +1,124 @@
+"""What an instructor's browser may be shown of a graded notebook.
+
+Formgrader, the feedback HTML and the class report render the autograded notebook, in the
+instructor's logged-in Jupyter session: HTML, JavaScript, SVG, widget state, ``<script>``,
+event handlers or ``javascript:`` links produced while grading would run there.
+:class:`attncourse.judge.preprocessors.JudgeRecords` passes every output through
+:func:`safe_outputs` and every markdown cell through :func:`safe_markdown`.
+"""
+from __future__ import annotations
+
+import html
+import re
+
+from nbformat.notebooknode import NotebookNode
+
+SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")
+_B64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+
+
+def safe_outputs(outputs, scored: bool) -> list:
+    """Outputs an instructor's browser can render safely; in a grade cell, none that nbgrader reads as a score.
+
+    Rich outputs keep only plain text and base64 raster images (HTML, JavaScript, SVG, markdown, LaTeX and
+    widget views are dropped, as are output metadata); a grade cell's ``execute_result`` becomes display data,
+    so nbgrader's partial-credit rule (the first ``execute_result``'s number is the score) is never reached.
+    """
+    out = []
+    for o in outputs:
+        kind = o.get("output_type")
+        if kind in ("stream", "error"):
+            out.append(o)
+            continue
+        if kind not in ("display_data", "execute_result"):
+            continue
+        data = {}
+        for mime in SAFE_MIME:
+            value = (o.get("data") or {}).get(mime)
+            if isinstance(value, list):
+                value = "".join(v for v in value if isinstance(v, str))
+            if not isinstance(value, str):
+                continue
+            if mime.startswith("image/") and not _B64.fullmatch(value):
+                continue
+            data[mime] = value
+        if not data:
+            continue
+        if kind == "execute_result" and not scored:
+            out.append(NotebookNode(output_type="execute_result", data=data, metadata={},
+                                    execution_count=o.get("execution_count")))
+        else:
+            out.append(NotebookNode(output_type="display_data", data=data, metadata={}))
+    return out
+
+
+def _spaced(word: str) -> str:
+    return r"\s*".join(re.escape(ch) for ch in word)
+
+
+# a script scheme, with the whitespace (tabs, newlines) that browsers drop from a URL
+_HARMFUL_LINK = re.compile("(?i)(" + "|".join(_spaced(w) for w in ("javascript", "vbscript", "livescript")) + r")\s*:")
+_ENTITY = re.compile(r"&(?=[#A-Za-z])")
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)((?:\s+[^<>]*)?)\s*(/?)>")
+_ATTR = re.compile(r"""([A-Za-z_:][-A-Za-z0-9_:.]*)\s*(?:=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+))?""")
+_MARKDOWN_TAGS = {"b", "br", "code", "del", "details", "em", "i", "img", "kbd", "li", "ol", "p", "pre", "s", "strong",
+                  "sub", "summary", "sup", "table", "tbody", "td", "th", "thead", "tr", "u", "ul", "a", "hr",
+                  "h1", "h2", "h3", "h4", "h5", "h6", "span", "div", "blockquote"}
+_MARKDOWN_ATTRS = {"a": {"href", "title"}, "img": {"src", "alt", "title", "width", "height"}}
+_SAFE_URL = re.compile(r"(?i)^(https?://|mailto:|#|data:image/(png|jpeg|gif);base64,)[^\s\"'<>`]*$")
+
+
+def _safe_tag(m) -> str:
+    close, name, attrs, selfclose = m.group(1), m.group(2).lower(), m.group(3) or "", m.group(4)
+    if name not in _MARKDOWN_TAGS:
+        return "&lt;" + m.group(0)[1:]
+    kept = []
+    for key, value in _ATTR.findall(attrs) if not close else []:
+        key = key.lower()
+        value = value[1:-1] if value[:1] in "\"'" and len(value) >= 2 else value
+        if key not in _MARKDOWN_ATTRS.get(name, ()):
+            continue
+        if key in ("href", "src") and not _SAFE_URL.match(value):
+            continue
+        if key in ("width", "height") and not value.isdigit():
+            continue
+        kept.append(f' {key}="{html.escape(value, quote=True)}"')
+    return f"<{close}{name}{''.join(kept)}{' /' if selfclose else ''}>"
+
+
+def safe_markdown(source) -> str:
+    """Markdown whose raw HTML keeps a few harmless tags (rebuilt, no event handlers, no style) and no script links.
+
+    Every ``<`` that could open a tag, a comment or a declaration is escaped unless it opens an allowed tag,
+    which is rebuilt from its allowed attributes; entities cannot spell a scheme (``&`` before a name or ``#``
+    is escaped), and ``javascript:``-like schemes lose their colon (``%3A``).  Text without those characters is unchanged.
+    """
+    text = source if isinstance(source, str) else "".join(source)
+    text = _ENTITY.sub("&amp;", text)
+    out, pos = [], 0
+    for start in _TAG_START.finditer(text):
+        i = start.start()
+        if i < pos:
+            continue
+        out.append(text[pos:i])
+        m = _TAG.match(text, i)
+        if m:
+            out.append(_safe_tag(m))
+            pos = m.end()
+        else:
+            out.append("&lt;")
+            pos = i + 1
+    out.append(text[pos:])
+    return _HARMFUL_LINK.sub(lambda m: m.group(1) + "%3A", "".join(out))   # no longer a scheme: a relative URL
+
+
+def safe_attachments(attachments) -> dict:
+    """A markdown cell's attachments, raster images only."""
+    out = {}
+    for name, bundle in (attachments or {}).items():
+        kept = {k: v for k, v in (bundle or {}).items()
+                if k in SAFE_MIME[1:] and isinstance(v, str) and _B64.fullmatch(v)}
+        if kept:
+            out[str(name)] = kept
+    return out

@@ -1,0 +1,354 @@
+"""The verdict on a record, made where no student code runs.
+
+:func:`judge_record` takes a stored case (with its reference output and known
+mistakes' outputs, :class:`attncourse.protocol.cases.StoredCase`) and a record of what the
+student's code gave back (:mod:`attncourse.protocol.records`), and returns ``None`` when
+the check passes, else the message the student sees: wrong type, device, dtype,
+shape, NaN/inf, an exception explained, a failed property, or wrong values with
+the most likely mistake named (:mod:`attncourse.judge.diagnose`).  It never shows
+reference values.
+
+It runs in the nbgrader process (:class:`attncourse.judge.preprocessors.JudgeRecords`)
+and, for instructors and the test suite, inside :class:`attncourse.kernel.grader.Grader`
+when no autograder is judging.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..protocol.cases import StoredCase
+from .diagnose import matches, which_mistake
+from ..protocol.records import Got, decode
+
+# Tolerances by dtype and device kind: (atol, rtol).  float32 on an
+# accelerator allows TF32 matmuls (10-bit mantissa).
+TOLERANCES = {
+    ("float64", "cpu"): (1e-7, 1e-6),
+    ("float64", "accel"): (1e-7, 1e-6),
+    ("float32", "cpu"): (1e-4, 1e-4),
+    ("float32", "accel"): (1e-2, 1e-2),
+    ("bfloat16", "cpu"): (6e-2, 6e-2),
+    ("bfloat16", "accel"): (6e-2, 6e-2),
+    ("float16", "cpu"): (1e-2, 1e-2),
+    ("float16", "accel"): (1e-2, 1e-2),
+}
+GENERIC_HINT = "It matches none of the common mistakes; re-check each step on a tiny example by hand."
+
+
+class Refused(Exception):
+    """An answer that cannot be read as numbers."""
+
+
+@dataclass
+class Cmp:
+    """How one case compares: the API it expects, the device and dtype its inputs had, the tolerances."""
+
+    api: str = "torch"
+    device: str | None = None      # "cpu", "cuda", "meta"... (None: a hand-computed value)
+    dtype: str | None = None       # "torch.float32"... (None: any)
+    atol: float = 1e-4
+    rtol: float = 1e-4
+
+    @property
+    def meta(self) -> bool:
+        return self.device == "meta"
+
+    @classmethod
+    def for_case(cls, spec: StoredCase, device: str | None) -> "Cmp":
+        dtype = None if spec.kind == "value" else f"torch.{spec.dtype}"
+        if spec.atol is not None:
+            atol, rtol = spec.atol, spec.rtol or 0.0
+        else:
+            kind = "cpu" if device in (None, "cpu", "meta") else "accel"
+            atol, rtol = TOLERANCES[(spec.dtype if spec.kind != "value" else "float32", kind)]
+        return cls(api=spec.api, device=device, dtype=dtype, atol=atol, rtol=rtol)
+
+
+def expected_device(spec: StoredCase) -> str | None:
+    """The device type a case's inputs are on, as this machine resolves it (``best`` = CUDA when present)."""
+    if spec.kind in ("value", "raises"):
+        return None
+    if spec.device == "best":
+        from ..teach.devices import best_device
+
+        return best_device().type
+    return spec.device
+
+
+def plain(obj):
+    """Stored reference structure -> plain python/numpy (float64 ndarrays)."""
+    import torch
+
+    from ..teach.checks import as_numpy
+
+    if isinstance(obj, torch.Tensor):
+        return as_numpy(obj)
+    if isinstance(obj, list):
+        return [plain(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(plain(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    return obj
+
+
+def judge_record(spec: StoredCase | None, record: dict, messages: dict) -> str | None:
+    """``None`` if the record shows a correct answer for ``spec``, else what is wrong (no reference values)."""
+    if spec is None or record.get("problem"):
+        return record.get("problem") or "no such hidden case"
+    device = expected_device(spec)
+    cmp = Cmp.for_case(spec, device)
+    if spec.kind not in ("value", "raises") and record.get("device") is not None:
+        used = str(record["device"]).split(":")[0]
+        if used != device:  # the kernel ran it elsewhere than this machine's rules say: not this case's record
+            return f"the check ran on '{used}' but this case runs on '{device}' (tampering suspected)"
+    def wording(key: str) -> str | None:   # the section's own words for this exercise (from its spec)
+        return messages.get(f"{record.get('exercise')}.{key}")
+
+    if spec.kind == "raises":
+        return _judge_raise(spec, record, wording)
+    if "error" in record:
+        return explain_exception(record["error"], device)
+    if "answer" not in record:
+        return "the grader recorded no answer"
+    try:
+        got = decode(record["answer"])
+    except (ValueError, KeyError, TypeError):
+        return "the grader's record is malformed (tampering suspected)"
+    if spec.kind == "property":
+        return _judge_property(spec, got, cmp, wording)
+    return compare(got, spec, cmp, messages)
+
+
+def explain_exception(error: dict, device: str | None) -> str:
+    """The message for an exception raised by the student's code (from its recorded type and text)."""
+    name = str(error.get("type", "Exception"))
+    full = str(error.get("text", ""))
+    text = full.split("\n")[0][:300]
+    msg = f"raised {name}: {text}"
+    low = text.lower()
+    if name == "SystemExit":
+        return "the code tried to exit the interpreter (SystemExit); it earns nothing for this check"
+    if name == "NotImplementedError" and not text:
+        return "not written yet: the cell still raises NotImplementedError (replace the stub with your code)"
+    if name == "_CheckTimeout":
+        return f"timed out: {text}; it earns nothing for this check"
+    if name == "MemoryError" or "can't allocate memory" in low or "out of memory" in low:
+        return ("ran out of memory (the grading kernel's memory is limited): " + text[:120] +
+                ". Most likely cause: a huge intermediate tensor or list.")
+    if "device" in low or "meta" in low:
+        return (msg + ". Most likely cause: a tensor is created on a fixed device (e.g. torch.ones(T, T) "
+                "or .to('cpu') inside the function); create new tensors on the input's device "
+                "(device=x.device) so the code runs unchanged on CPU and GPU.")
+    if "dtype" in low or "expected scalar type" in low or "same dtype" in low:
+        return (msg + ". Most likely cause: a tensor is created with a fixed dtype; use dtype=x.dtype "
+                "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.")
+    return msg
+
+
+def _judge_raise(spec: StoredCase, record: dict, wording) -> str | None:
+    allowed = spec.raises or ["ValueError", "KeyError"]
+    err = record.get("error")
+    if err is None:
+        return f"expected a clear error ({' or '.join(allowed)}) for this input, but nothing was raised"
+    if not any(a in (err.get("mro") or []) for a in allowed):
+        return f"raised {err.get('type')}; expected {' or '.join(allowed)} with a clear message"
+    if not str(err.get("text", "")).strip():
+        return "the error has no message; " + (wording("raises.no_message") or "say what is wrong with the input")
+    return None
+
+
+# -- values -----------------------------------------------------------------------------------------
+def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
+    expected = plain(spec.expected)
+    labels = spec.labels
+    if isinstance(expected, tuple):
+        if got.kind not in ("tuple", "list"):
+            names = ", ".join(labels) if labels else f"{len(expected)} values"
+            return f"should return a tuple ({names}), got {got.describe()}"
+        if len(got.items) != len(expected):
+            return f"should return {len(expected)} values, got {len(got.items)}"
+        parts = list(zip(got.items, expected))
+        names = labels or [f"value {i}" for i in range(len(expected))]
+    else:
+        parts, names = [(got, expected)], [labels[0] if labels else "the result"]
+    converted = []
+    for (g, e), name in zip(parts, names):
+        problem, value = check_part(g, e, name, cmp)
+        if problem:
+            return problem
+        converted.append(value)
+    if cmp.meta:
+        return None
+    value = tuple(converted) if isinstance(expected, tuple) else converted[0]
+    if matches(value, expected, cmp.atol, cmp.rtol):
+        return None
+    mistakes = {k: plain(v) for k, v in (spec.mistakes or {}).items()}
+    hint = which_mistake(value, mistakes, messages, cmp.atol, cmp.rtol)
+    wrong, verb = _which_part_wrong(value, expected, names, cmp)
+    if hint:
+        return f"{wrong} {verb} wrong. Most likely cause: {hint}"
+    return f"{wrong} {verb} wrong. {spec.hint or GENERIC_HINT}"
+
+
+def _which_part_wrong(value, expected, names, cmp):
+    """('Output and weights', 'are'): which returned values differ, capitalised, with the verb."""
+    if not isinstance(expected, tuple):
+        return names[0][0].upper() + names[0][1:], "is"
+    bad = [n for g, e, n in zip(value, expected, names) if not matches(g, e, cmp.atol, cmp.rtol)]
+    text = " and ".join(bad) if bad else "the combination of values"
+    return text[0].upper() + text[1:], ("are" if len(bad) > 1 else "is")
+
+
+def to_numpy(g: Got) -> np.ndarray:
+    """float64 values of a plain answer: tensor, ndarray, nested list/tuple of numbers, or a number."""
+    if g.kind in ("tensor", "ndarray"):
+        if g.array is None:
+            if g.kind == "tensor" and g.device == "meta":
+                raise Refused("the tensor is on the meta device and has no values")
+            raise Refused(f"expected a numeric array, got an array of dtype {g.dtype}")
+        return g.array
+    if g.kind in ("list", "tuple", "bool", "int", "float", "npnum"):
+        try:
+            return np.array(_nested_numbers(g), dtype=np.float64)
+        except ValueError as e:
+            raise Refused(f"the nested lists are ragged ({e})")
+    raise Refused(f"expected a NumPy array, a torch.Tensor or a list of numbers, got {g.describe()}")
+
+
+def _nested_numbers(g: Got, depth=0):
+    if depth > 8:
+        raise Refused("nested too deeply")
+    if g.kind in ("list", "tuple"):
+        return [_nested_numbers(v, depth + 1) for v in g.items]
+    if g.kind in ("bool", "int", "float", "npnum"):
+        return float(g.value)
+    raise Refused(f"expected numbers, found {g.describe()}")
+
+
+def check_part(g: Got, e, name: str, cmp: Cmp):
+    """Type/device/dtype/shape/finiteness of one returned value; returns (problem, plain value)."""
+    if isinstance(e, np.ndarray):
+        if cmp.api == "torch":
+            if g.kind != "tensor":
+                return f"{name} should be a torch.Tensor, got {g.describe()}", None
+            if cmp.device is not None and g.device.split(":")[0] != cmp.device:
+                return (f"{name} is on device '{g.device}' but the input was on '{cmp.device}'. Most likely cause: "
+                        "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
+                        "the input's device."), None
+            if cmp.dtype is not None and g.is_float and g.dtype != cmp.dtype:
+                return (f"{name} has dtype {g.dtype} but the input was {cmp.dtype}. Most likely cause: a tensor "
+                        "is created with a fixed dtype (e.g. torch.tensor(...) or float32 constants); keep the "
+                        "input's dtype."), None
+            shape = g.shape
+        elif cmp.api == "numpy":
+            if g.kind != "ndarray":
+                return f"{name} should be a NumPy array, got {g.describe()}", None
+            shape = g.shape
+        else:  # any array-like
+            try:
+                shape = g.shape if g.kind in ("tensor", "ndarray") else tuple(to_numpy(g).shape)
+            except Refused as r:
+                return f"{name}: {r}", None
+        want = tuple(int(s) for s in e.shape)
+        if tuple(shape) != want:
+            return f"{name} has shape {tuple(shape)}, expected {want}", None
+        if cmp.meta:
+            return None, None
+        try:
+            value = to_numpy(g)
+        except Refused as r:
+            return f"{name}: {r}", None
+        if np.isnan(value).any() and not np.isnan(e).any():
+            return (f"{name} contains NaN. Common causes: exp() of large scores overflowing to inf "
+                    "(subtract each row's maximum before exp), a row where every key is masked (softmax "
+                    "over all -inf), or subtracting inf from inf."), None
+        if np.isinf(value).any() and not np.isinf(e).any():
+            return f"{name} contains inf: a masked score leaked through, or an overflow in exp().", None
+        return None, value
+    if isinstance(e, (list, tuple)):
+        if g.kind not in ("list", "tuple"):
+            return f"{name} should be a list, got {g.describe()}", None
+        if len(g.items) != len(e):
+            return f"{name} has {len(g.items)} items, expected {len(e)}", None
+        out = []
+        for i, (gi, ei) in enumerate(zip(g.items, e)):
+            problem, p = check_part(gi, ei, f"{name}[{i}]", cmp)
+            if problem:
+                return problem, None
+            out.append(p)
+        return None, out
+    if isinstance(e, dict):
+        if g.kind != "dict":
+            return f"{name} should be a dict, got {g.describe()}", None
+        have = dict(zip(g.keys, g.items))
+        missing = [k for k in e if k not in have]
+        if missing:
+            return f"{name} is missing the keys {missing}", None
+        out = {}
+        for k in e:
+            problem, p = check_part(have[k], e[k], f"{name}[{k!r}]", cmp)
+            if problem:
+                return problem, None
+            out[k] = p
+        return None, out
+    if isinstance(e, str):
+        if g.kind != "str":
+            return f"{name} should be a str, got {g.describe()}", None
+        return None, g.value
+    if isinstance(e, (bool, int, float)):
+        try:
+            arr = to_numpy(g)
+        except Refused as r:
+            return f"{name}: {r}", None
+        if arr.size != 1:
+            return f"{name} should be a single number, got shape {arr.shape}", None
+        val = float(arr.reshape(-1)[0])
+        if isinstance(e, bool):
+            return None, bool(val)
+        if isinstance(e, int):
+            if val != round(val):
+                return f"{name} should be a whole number, got {val}", None
+            return None, int(val)
+        return None, val
+    return f"{name}: cannot compare a {g.describe()}", None
+
+
+# -- properties (graded behaviour that any correct answer has, whatever its exact numbers) -----------
+def _judge_property(spec: StoredCase, got: Got, cmp: Cmp, wording) -> str | None:
+    """A case of kind ``property``: its stored input is ``(2, T, d)``, one query vector repeated at every
+    position then one key vector (``x[0, t] = q``, ``x[1, t] = k``); ``labels`` name the invariants of a
+    position-dependent map ``f`` to check: ``norms`` (lengths kept), ``relative`` (``f(x)[0, m] · f(x)[1, n]``
+    depends on ``m - n`` only), ``moves`` (it does depend on the offset).  What a failure tells the student
+    is the section's wording (``wording("property.<name>")``)."""
+    x = plain(spec.args[0])
+    problem, y = check_part(got, x, "the output", cmp)
+    if problem:
+        return problem
+    if cmp.meta:
+        return None
+    for name in spec.labels or []:
+        if not _holds(name, x, y, cmp.atol, cmp.rtol):
+            return wording(f"property.{name}") or f"the output does not have the property '{name}'"
+    return None
+
+
+def _close(a, b, atol, rtol) -> bool:
+    return a.shape == b.shape and bool(np.allclose(a, b, atol=atol, rtol=rtol))
+
+
+def _holds(name, x, y, atol, rtol):
+    if name == "norms":
+        return _close(np.sqrt((y * y).sum(-1)), np.sqrt((x * x).sum(-1)), atol, rtol)
+    scores = y[0] @ y[1].T                              # (T, T): query at m, key at n
+    scale = float(np.abs(scores).max()) + 1.0
+    tol = atol * scale + rtol * scale
+    shifted, base = scores[1:, 1:], scores[:-1, :-1]     # (m+1, n+1) against (m, n)
+    if name == "relative":
+        return _close(shifted, base, tol, 0.0)
+    if name == "moves":
+        down = np.abs(scores[1:, :] - scores[:-1, :])    # move the query, keep the key
+        return float(down.max()) > 10 * tol
+    raise ValueError(f"unknown property {name!r}")

@@ -1,0 +1,1 @@
+"""What crosses between the student's kernel and the judge: stored cases, records, ``GRADER.check`` calls."""

@@ -1,0 +1,1 @@
+"""What the notebooks use to teach: plots, ``compare``, seeding, devices, offline model loading, the probe."""

@@ -1,0 +1,191 @@
+"""Build the hidden reference data: ``python -m authoring.references [section ...]`` (``./course build`` runs it).
+
+For every case of every exercise: generate the hidden inputs from a seeded
+generator, run the reference implementation in float64 on the CPU (inputs and
+parameters first rounded to the case's dtype), run every known mistake on the
+same inputs, and save it all to ``graders/data/<section>.pt``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graders import available_sections, load_section
+from graders.spec import COURSE, PRELUDE, Case, Exercise
+
+DATA_DIR = COURSE / "graders" / "data"
+FLOAT = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def define(ex: Exercise, code: str):
+    """Execute solution-cell ``code`` (after the prelude and given code); return the contract object
+    (wrapped in the given ``ex.wrap`` function when the exercise has one, as its hidden cells do)."""
+    import contextlib
+    import io
+
+    ns: dict = {"__name__": "__graders__"}
+    with contextlib.redirect_stdout(io.StringIO()):   # given cells print what the notebook shows
+        exec(compile(PRELUDE + ex.given + "\n" + code, f"<{ex.name}>", "exec"), ns)
+    return ns[ex.wrap](ns[ex.name]) if ex.wrap else ns[ex.name]
+
+
+def _as_tensor(value):
+    if isinstance(value, (str, dict)):  # a word or a table of words (e.g. "pick the family") is stored as is
+        return value
+    return torch.as_tensor(np.asarray(value, dtype=np.float64))
+
+
+def _generate(value, gen):
+    if callable(value) and not isinstance(value, type):
+        return value(gen)
+    return value
+
+
+def _master(v):
+    """Stored form: tensors become contiguous CPU float64 (bool/int kept); containers recurse."""
+    if isinstance(v, np.ndarray):
+        v = torch.from_numpy(v)
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu()
+        if v.is_floating_point():
+            v = v.to(torch.float64)
+        return v.contiguous().clone()
+    if isinstance(v, list):
+        return [_master(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_master(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _master(x) for k, x in v.items()}
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    return v
+
+
+def _rounded(v, dtype, api, context):
+    """An input as the reference sees it: float tensors rounded to the case dtype, then float64."""
+    if isinstance(v, torch.Tensor):
+        if v.is_floating_point():
+            v = v.to(dtype).to(torch.float64)
+        return v.numpy().copy() if api == "numpy" else v.clone()
+    if isinstance(v, str) and v.startswith("$ctx:"):
+        return context[v[5:]]
+    if isinstance(v, list):
+        return [_rounded(x, dtype, api, context) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_rounded(x, dtype, api, context) for x in v)
+    return v
+
+
+def run_case(obj, case: Case, stored, context: dict):
+    """Run ``obj`` (reference or mistake) on a stored case in float64 on the CPU; return stored-form output."""
+    dtype = FLOAT[case.dtype]
+    cast_dtype = dtype if case.cast else torch.float64
+    args = _rounded(stored.args or [], cast_dtype, case.api, context)
+    kwargs = {k: _rounded(v, cast_dtype, case.api, context) for k, v in (stored.kwargs or {}).items()}
+    with torch.no_grad():
+        if case.kind == "module":
+            torch.manual_seed(0)
+            m = obj(**case.init).to(torch.float64)
+            for name, value in (stored.params or {}).items():
+                m.get_parameter(name).copy_(value.to(dtype).to(torch.float64))
+            m.eval()
+            out = m(*args, **kwargs)
+        else:
+            out = obj(*args, **kwargs)
+    return _master(out)
+
+
+def same(a, b, atol=1e-9, rtol=0.0, strict=False):
+    """Stored-form outputs equal within ``atol + rtol*|b|`` (NaN == NaN); bool and, if ``strict``, integer
+    tensors exactly.  ``strict`` also requires equal dtypes and container types (list vs tuple)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape or (strict and a.dtype != b.dtype):
+            return False
+        if a.dtype == torch.bool or b.dtype == torch.bool or (strict and not a.is_floating_point()):
+            return bool(torch.equal(a, b))
+        return bool(torch.allclose(a.to(torch.float64), b.to(torch.float64), atol=atol, rtol=rtol, equal_nan=True))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if strict and type(a) is not type(b):
+            return False
+        return len(a) == len(b) and all(same(x, y, atol, rtol, strict) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], atol, rtol, strict) for k in a)
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= atol + rtol * abs(b)
+    return type(a) is type(b) and a == b
+
+
+def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=print) -> dict:
+    """The stored form of one hidden case (:class:`attncourse.protocol.cases.StoredCase`): inputs, reference, mistakes."""
+    gen = torch.Generator().manual_seed(case.seed)
+    stored = case.stored()
+    if case.kind == "value":
+        # A hand-computed answer: the reference and each mistake are solution-cell code
+        # that assigns the value; extra wrong values may be listed in ``mistake_values``.
+        stored.expected = _master(_as_tensor(define(ex, ex.reference)))
+        stored.mistakes = {}
+        for mistake in ex.mistakes:
+            stored.mistakes[f"{ex.name}.{mistake.key}"] = _master(_as_tensor(define(ex, mistake.code)))
+        for key, (message, value) in case.mistake_values.items():
+            messages[f"{ex.name}.{key}"] = message
+            stored.mistakes[f"{ex.name}.{key}"] = _master(_as_tensor(value))
+        return stored.to_dict()
+    stored.args = _master(list(_generate(case.args, gen)))
+    stored.kwargs = {k: _master(_generate(v, gen)) for k, v in case.kwargs.items()}
+    if case.kind == "module":
+        stored.init = dict(case.init)
+        stored.params = {k: _master(v) for k, v in (_generate(case.params, gen) or {}).items()}
+    if case.kind == "raises":
+        return stored.to_dict()
+    reference = define(ex, ex.reference)
+    stored.expected = run_case(reference, case, stored, context)
+    stored.mistakes = {}
+    for mistake in ex.mistakes:
+        full = f"{ex.name}.{mistake.key}"
+        try:
+            out = run_case(define(ex, mistake.code), case, stored, context)
+        except Exception as exc:  # a mistake that crashes on this case has no output to match
+            log(f"    {full} on {case.name}: raises {type(exc).__name__} (no stored output)")
+            continue
+        if same(out, stored.expected, atol=1e-9):
+            continue  # indistinguishable here (e.g. a device mistake on the CPU)
+        stored.mistakes[full] = out
+    return stored.to_dict()
+
+
+def build_section(name: str, log=print) -> dict:
+    section = load_section(name)
+    data = {"section": name, "messages": {}, "cases": {}}
+    for ex in section.exercises:
+        for m in ex.mistakes:
+            data["messages"][f"{ex.name}.{m.key}"] = m.message
+        data["messages"].update({f"{ex.name}.{key}": text for key, text in ex.messages.items()})
+        context = ex.context() if ex.context else {}
+        for case in ex.cases:
+            log(f"  {name}: {ex.name}:{case.name}")
+            data["cases"][f"{ex.name}:{case.name}"] = build_case(ex, case, context, data["messages"], log)
+    return data
+
+
+def write_section(name: str, out_dir: Path = DATA_DIR, log=print) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = build_section(name, log)
+    path = out_dir / f"{name}.pt"
+    torch.save(data, path)
+    return path
+
+
+def main(argv=None):
+    names = (argv if argv is not None else sys.argv[1:]) or available_sections()
+    for name in names:
+        print(f"building {name}")
+        print(f"  wrote {write_section(name)}")
+
+
+if __name__ == "__main__":
+    main()

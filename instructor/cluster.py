@@ -1,0 +1,203 @@
+"""Grading a whole class in parallel on Dask, into the course's one gradebook (``./course grade``).
+
+Design (docs/GRADING.md, "Grading a class"):
+
+* **One task per submission, self-contained and idempotent** (:func:`instructor.task.grade_task`).
+  In: the section's *kit* (:mod:`instructor.kit`: nbgrader_config.py, source/<section>/,
+  graders/data/<section>.pt, as bytes, sent once as a task of its own), the student id, the
+  submission's files (read without following links) and the assignment's due date.  The task
+  grades in a scratch course of its own and returns the autograded files, what nbgrader stored
+  in its scratch gradebook, the log and timings.  Nothing on the worker touches the course.
+* **One writer.**  The coordinator merges each result, as it arrives, into the course gradebook
+  (:func:`instructor.gradebook.merge_result`) and writes ``autograded/<student>/<section>/``.
+* **Dask's pitfalls.**  No per-task timeout in Dask: each task runs a watchdog.  The nanny's
+  memory limit cannot see kernel subprocesses: it is off, and every kernel has its own limit.
+  Every submit is ``pure=False``.  At most one task per worker thread is in flight, so a worker
+  that dies takes only its own task with it; that task is retried once, then recorded as
+  "grading failed: worker died" and the run goes on.  Kernels talk over unix sockets.
+* **Incremental.**  ``.classgrade/state.json`` (:mod:`instructor.state`) remembers, per section
+  and student, the hash of the submission's files and of the kit: a re-run grades only new or
+  changed submissions, and everyone again when the tests changed; ``force`` regrades all.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from attncourse.course import with_python_bin
+from attncourse.judge.sandbox import sandbox_status
+from attncourse.judge.scratch import tree_hash
+
+from .config import CourseError, duedate, late_plugin, ready
+from .gradebook import graded_students, merge_result
+from .kit import KitFutures, make_kit, submission_files
+from .outcome import section_report, why_not_graded
+from .state import load_state, save_state
+from .task import DEFAULT_TASK_TIMEOUT, grade_task, task_environment
+
+SCHEDULER_ENV = "ATTNCOURSE_DASK_SCHEDULER"
+
+
+def quiet() -> bool:
+    """No progress bar under CI or when stderr is not a terminal."""
+    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def cluster(workers: int | None = None, scheduler: str | None = None, log=print):
+    """A Dask client: on ``scheduler`` (or $ATTNCOURSE_DASK_SCHEDULER), else a LocalCluster of processes."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    scheduler = scheduler or os.environ.get(SCHEDULER_ENV)
+    if scheduler:
+        with Client(scheduler, timeout="30s") as client:
+            yield client
+        return
+    n = workers or os.cpu_count() or 1
+    # allowed-failures 0: a task whose worker died fails at once, and the coordinator resubmits it once itself
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                          "distributed.worker.daemon": False,       # kernels are child processes of the worker
+                          "distributed.admin.tick.limit": "1h"}):
+        lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
+                          dashboard_address=":0", silence_logs=40)
+        try:
+            with Client(lc) as client:
+                yield client
+        finally:
+            lc.close()
+
+
+def grade_class(root: Path, sections: list, workers: int | None = None, scheduler: str | None = None,
+                force: bool = False, timeout: int | None = None, task_timeout: float = DEFAULT_TASK_TIMEOUT,
+                students=None, feedback: bool = False, extra_env: dict | None = None, log=print,
+                client=None) -> dict:
+    """Grade every (new or changed) submission of ``sections``; return {section: report} (:mod:`instructor.outcome`)."""
+    root = Path(root)
+    t0 = time.time()
+    os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
+    db_url, course_id = ready(root, sections)
+    env, task_env = task_environment(extra_env)
+    sandboxed, sandbox_line = sandbox_status(env)
+    if sandboxed is None:
+        raise CourseError(sandbox_line)
+    state = {} if force else load_state(root)
+    todo, kits, all_students = [], {}, {}
+    for section in sections:
+        subdir = root / "submitted"
+        names = sorted(p.name for p in subdir.iterdir() if (p / section).is_dir()) if subdir.is_dir() else []
+        names = [s for s in names if not students or s in students]
+        all_students[section] = names
+        if not names:
+            continue
+        kits[section] = make_kit(root, section)
+        due = duedate(db_url, course_id, section)
+        have = graded_students(db_url, course_id, section)
+        for s in names:
+            files = submission_files(root, s, section)
+            prev = state.get(section, {}).get(s)
+            if (prev and prev.get("hash") == tree_hash(files) and prev.get("kit") == kits[section]["hash"]
+                    and s in have):
+                continue
+            todo.append((section, s, files, due))
+    results: dict = {sec: {} for sec in sections}
+    late = late_plugin(root)
+    if todo:
+        ctx = contextlib.nullcontext(client) if client is not None else cluster(workers, scheduler, log)
+        with ctx as cl:
+            run_tasks(cl, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late,
+                      state, results, log)
+    reports, elapsed = {}, round(time.time() - t0, 1)
+    for section in sections:
+        reports[section] = section_report(root, section, all_students[section], results[section], state,
+                                          db_url, course_id, sandboxed, sandbox_line)
+        reports[section]["graded_now"] = sorted(results[section])
+        reports[section]["seconds"] = elapsed   # the whole run's, all sections together
+        reports[section]["run"] = {"sections": len(sections), "submissions": sum(len(all_students[x]) for x in sections)}
+    return reports
+
+
+def run_tasks(client, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late, state,
+              results, log):
+    """Submit the tasks (one in flight per worker thread), merge each result as it arrives, keep the state."""
+    from distributed import as_completed
+    from tqdm import tqdm
+
+    silent = quiet()
+    link = getattr(client, "dashboard_link", None) or "none (the scheduler serves no dashboard)"
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        link += " (its plots need `pip install bokeh`)"
+    nworkers = len(client.scheduler_info().get("workers", {}))
+    log(f"grading {len(todo)} submission(s) on {nworkers} Dask worker(s); Dask dashboard: {link}")
+    kit_futures = KitFutures(client, kits)
+    args = {}
+
+    def submit(item):
+        section, student, files, due = item
+        fut = client.submit(grade_task, kit_futures.get(section), student, files, due, timeout, task_timeout,
+                            task_env, feedback, pure=False, key=f"grade-{section}-{student}-{os.urandom(4).hex()}")
+        args[fut.key] = item
+        return fut
+
+    # At most one task per worker thread in flight: a worker that dies takes only its own task with it
+    # (tasks queued on it would be counted as killed too), and a slow class never floods the scheduler.
+    pending = list(todo)
+    ac = as_completed([])
+
+    def fill():
+        try:
+            slots = max(1, sum(client.nthreads().values()))
+        except Exception:  # noqa: BLE001
+            slots = 1
+        while pending and ac.count() < slots:
+            ac.add(submit(pending.pop(0)))
+
+    fill()
+    retried = set()
+    failed = 0
+    bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=silent, file=sys.stderr, dynamic_ncols=True)
+    while not ac.is_empty():
+        fut = next(ac)
+        item = args.pop(fut.key)
+        section, student, files, _ = item
+        try:
+            result = fut.result()
+        except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost scheduler, a broken task
+            name = type(exc).__name__
+            if kit_futures.lost(section, exc):
+                ac.add(submit(item))  # the kit's own task failed (not this submission's): send it again
+                continue
+            if name == "KilledWorker" and (section, student) not in retried:
+                retried.add((section, student))  # a dead worker: its submission is retried once
+                ac.add(submit(item))
+                continue
+            why = "grading failed: worker died" if name == "KilledWorker" else f"grading failed: {name}: {exc}"
+            result = {"section": section, "student": student, "hash": tree_hash(files),
+                      "kit": kits[section]["hash"], "success": False, "faults": [why], "files": {},
+                      "gradebook": None, "log": ""}
+        finally:
+            fut.release()
+        fill()
+        try:
+            merge_result(root, db_url, course_id, result, late)
+        except Exception as exc:  # noqa: BLE001
+            result["faults"].append(f"could not write into the gradebook: {type(exc).__name__}: {exc}")
+        if not result.get("success") or result.get("faults"):
+            failed += 1
+        results[section][student] = result
+        came_back = result.get("gradebook") is not None or result.get("files")
+        state.setdefault(section, {})[student] = {
+            # a submission nothing came back for is graded again next time, whatever the gradebook holds
+            "hash": result["hash"] if came_back else None, "kit": result["kit"],
+            "success": result.get("success", False), "faults": result.get("faults", []),
+            "reason": why_not_graded(result), "seconds": result.get("seconds"),
+            "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        save_state(root, state)
+        bar.update(1)
+        bar.set_postfix(failed=failed)
+    bar.close()

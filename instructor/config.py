@@ -1,0 +1,108 @@
+"""The course an instructor grades: its nbgrader config, its gradebook, whether a section can be graded yet."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from attncourse.course import SECTIONS, resolve_section
+
+
+class CourseError(RuntimeError):
+    """The course is not ready to be graded (what to run instead is in the message)."""
+
+
+def load_config(folder: Path):
+    """nbgrader_config.py of ``folder``, loaded the way nbgrader loads it."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    return PyFileConfigLoader("nbgrader_config.py", path=str(folder)).load_config()
+
+
+def course_db(root: Path) -> tuple[str, str]:
+    """(db_url, course_id) of the course at ``root``."""
+    cfg = load_config(root)
+    cd = cfg.get("CourseDirectory", {})
+    db_url = cd.get("db_url") or f"sqlite:///{root / 'gradebook.db'}"
+    return db_url, cd.get("course_id", "default_course")
+
+
+def ready(root: Path, sections) -> tuple[str, str]:
+    """(db_url, course_id) once every section can be graded; a CourseError says what to run instead."""
+    db_url, course_id = course_db(root)
+    for section in sections:
+        check_section(root, section, db_url, course_id)
+    return db_url, course_id
+
+
+def check_section(root: Path, section: str, db_url: str, course_id: str):
+    """Refuse, with what to run instead, a section that cannot be graded yet."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    if not (root / "source" / section / f"{section}.ipynb").is_file():
+        raise CourseError(f"{section}: no source/{section}/{section}.ipynb in {root}")
+    run = f"run `./course build {section}` (or `nbgrader generate_assignment {section} --force`) first, then grade"
+    if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
+        raise CourseError(f"there is no gradebook yet ({db_url}): {run}")
+    try:
+        with Gradebook(db_url, course_id) as gb:
+            gb.find_assignment(section)
+    except MissingEntry:
+        raise CourseError(f"{section} is not in the gradebook yet: {run}") from None
+    except Exception as exc:  # noqa: BLE001 - a database that cannot be opened
+        raise CourseError(f"cannot open the gradebook {db_url}: {type(exc).__name__}: {exc}") from None
+
+
+def duedate(db_url, course_id, section):
+    """The section's due date in the gradebook (ISO text), or None."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, course_id) as gb:
+        d = gb.find_assignment(section).duedate
+        return d.isoformat() if d else None
+
+
+def late_plugin(root: Path):
+    """The course's late-submission plugin (``AssignLatePenalties.plugin_class``), as nbgrader would make it."""
+    from nbgrader.plugins import LateSubmissionPlugin
+
+    cfg = load_config(root)
+    name = cfg.get("AssignLatePenalties", {}).get("plugin_class")
+    cls = LateSubmissionPlugin
+    if name:
+        import importlib
+
+        mod, _, attr = name.rpartition(".") if isinstance(name, str) else (None, None, None)
+        cls = getattr(importlib.import_module(mod), attr) if mod else name
+    return cls(config=cfg)
+
+
+def release_notebook(root: Path, section: str):
+    """The section's release notebook (else its source), or None: what the locked cells should look like."""
+    import nbformat
+
+    for base in ("release", "source"):
+        p = root / base / section / f"{section}.ipynb"
+        if p.is_file():
+            return nbformat.read(str(p), as_version=4)
+    return None
+
+
+def release_points(release) -> float:
+    """The points of a section's graded cells (the maximum of a submission nbgrader could not score)."""
+    try:
+        return float(sum(float(c.metadata["nbgrader"].get("points", 0)) for c in (release.cells if release else [])
+                         if c.metadata.get("nbgrader", {}).get("grade")))
+    except Exception:  # noqa: BLE001
+        return 0.0
+
+
+def resolve_sections(names, root: Path) -> list:
+    """Sections from the command line: full names, numbers, prefixes, or ``all`` (every section with submissions)."""
+    out = []
+    for name in names:
+        if name == "all":
+            sub = Path(root) / "submitted"
+            have = {p.name for st in sub.iterdir() if st.is_dir() for p in st.iterdir()} if sub.is_dir() else set()
+            out += [s for s in SECTIONS if s in have]
+        else:
+            out.append(resolve_section(name))
+    return list(dict.fromkeys(out))

@@ -1,0 +1,67 @@
+"""A section's kit (what a Dask task needs of the course, as bytes) and a submission's files, read safely."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from attncourse.judge.files import read_tree
+from attncourse.judge.scratch import course_files, tree_hash
+
+from .prescan import submission_folder
+
+
+def make_kit(root: Path, section: str) -> dict:
+    """Everything a task needs of the course for ``section`` (:func:`attncourse.judge.scratch.course_files`),
+    as bytes, with a content hash (a changed kit regrades everyone)."""
+    files = course_files(root, section)
+    return {"section": section, "files": files, "hash": tree_hash(files)}
+
+
+def submission_files(root: Path, student: str, section: str, max_kb: int = 2000) -> dict:
+    """The regular files of ``submitted/<student>/<section>/``, read without following a link (links, special
+    files and files over ``max_kb`` are left out; the report's prescan names them)."""
+    folder = submission_folder(root, student, section)
+    return read_tree(folder, max_file_bytes=max_kb * 1024).files if folder is not None else {}
+
+
+def kit_result(kit: dict) -> dict:
+    """The kit as a task's result (see :class:`KitFutures`)."""
+    return kit
+
+
+class KitFutures:
+    """Each section's kit on the cluster, sent once, that survives the death of the workers holding it.
+
+    Scattered data cannot be recovered: when the last worker holding it dies, every task that
+    needs it fails ("lost dependencies").  A worker dying is a case the run must survive (a
+    student's code can kill its worker; the nanny restarts it empty), and two deaths in a row
+    lost the kit in CI, failing every later submission.  So the kit is the result of a task
+    (``kit_result``) whose spec holds the bytes: the scheduler keeps the spec and computes the kit
+    again wherever it is lost.  If that tiny task itself was running on a worker that died
+    (it then fails with KilledWorker, with allowed-failures 0), :meth:`lost` says so and the
+    kit is sent again, at most ``tries`` times per section.
+    """
+
+    GONE = ("error", "cancelled")   # the kit must be sent again ("lost": the scheduler recomputes it itself)
+
+    def __init__(self, client, kits: dict, tries: int = 5):
+        self.client, self.kits, self.tries = client, kits, tries
+        self.futures: dict = {}
+        self.sent: dict = {}
+
+    def get(self, section: str):
+        fut = self.futures.get(section)
+        if fut is None or fut.status in self.GONE:
+            self.sent[section] = self.sent.get(section, 0) + 1
+            fut = self.client.submit(kit_result, self.kits[section], pure=False,
+                                     key=f"kit-{section}-{os.urandom(4).hex()}")
+            self.futures[section] = fut
+        return fut
+
+    def lost(self, section: str, exc: BaseException) -> bool:
+        """Did a grading task fail because its kit did (and may the kit be sent again)?"""
+        fut = self.futures.get(section)
+        failed = fut is not None and (fut.status in self.GONE or str(getattr(exc, "task", "")) == str(fut.key))
+        if failed:
+            self.futures.pop(section, None)
+        return failed and self.sent.get(section, 0) < self.tries

@@ -1,0 +1,273 @@
+"""A class report for an instructor: what the class got right, what it got wrong, and what broke.
+
+    ./course report 02 [04 ...|all] [--root DIR] [--out reports]
+
+Reads the course gradebook (``CourseDirectory.db_url``), the autograded notebooks
+and ``./course grade``'s record of faults, and writes ``reports/<section>/``
+(git-ignored): ``index.html`` with PNG plots (matplotlib, Agg) and CSV files:
+
+* the score distribution (``scores.png``, ``students.csv``);
+* the pass rate per exercise and per hidden check (``exercises.png``, ``checks.png``,
+  ``exercises.csv``, ``checks.csv``);
+* the named mistakes ("Most likely cause: …" in the judge's messages) ranked by how
+  many students made them, with their ids (``mistakes.png``, ``mistakes.csv``);
+* faults: time-outs, memory, dead kernels, invalid or missing notebooks, failed
+  grading (``faults.csv``); tampering flags (``tampering.csv``);
+* every student's score in every graded cell (``cells.csv``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from attncourse.judge.autograded import grade_cells
+from attncourse.judge.sandbox import sandbox_status
+
+from .config import CourseError, course_db, ready, resolve_sections
+from .outcome import section_report
+from .state import load_state
+
+
+def check_faults(nb) -> list[str]:
+    """Hidden checks of an autograded notebook that hit the time or memory limit: 'check timed out (cell)'."""
+    return list(dict.fromkeys(f"{what} ({c.grade_id})" for c in grade_cells(nb) for what in c.limits))
+
+
+def _cells_of(root: Path, section: str) -> list[dict]:
+    """The scored cells of the section, in order: grade_id, points, exercises (hidden checks) or 'manual'."""
+    import nbformat
+
+    from attncourse.protocol.calls import exercises_checked
+
+    nb = nbformat.read(str(root / "source" / section / f"{section}.ipynb"), as_version=4)
+    out = []
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if not meta.get("grade") or not float(meta.get("points", 0)):
+            continue   # visible checks carry no points: nothing to report
+        exs = exercises_checked(c.source) if c.cell_type == "code" else []
+        kind = "hidden" if exs else ("manual" if c.cell_type != "code" else "visible")
+        out.append({"cell": meta["grade_id"], "points": float(meta.get("points", 0)), "kind": kind,
+                    "exercise": ", ".join(exs) if exs else ("written answer" if kind == "manual"
+                                                             else f"visible checks ({meta['grade_id']})")})
+    return out
+
+
+def collect(root: Path, section: str) -> dict:
+    """Everything the report shows, from the gradebook, the autograded notebooks and the grading record."""
+    import nbformat
+
+    root = Path(root)
+    db_url, course_id = course_db(root)
+    sub = root / "submitted"
+    students = sorted(p.name for p in sub.iterdir() if (p / section).is_dir()) if sub.is_dir() else []
+    state = load_state(root)
+    rep = section_report(root, section, students, {}, state, db_url, course_id, *sandbox_status())
+    cells = _cells_of(root, section)
+    checks = defaultdict(lambda: [0, 0])                 # check label -> [passed, total]
+    mistakes = defaultdict(set)                          # cause -> students
+    limits = {}                                          # student -> checks that hit a limit
+    for s in students:
+        p = root / "autograded" / s / section / f"{section}.ipynb"
+        if not p.is_file():
+            continue
+        nb = nbformat.read(str(p), as_version=4)
+        limits[s] = check_faults(nb)
+        for c in grade_cells(nb):
+            for passed, name in c.checks:
+                checks[name][1] += 1
+                checks[name][0] += passed
+            for cause in c.causes:
+                mistakes[cause].add(s)
+    faults, tamper = [], []
+    for s, e in rep["students"].items():
+        for r in list(e["reasons"]) + [r for r in limits.get(s, []) if r not in e["reasons"]]:
+            (tamper if r.startswith("tampering suspected") else faults).append((s, r))
+    return {"section": section, "report": rep, "cells": cells, "checks": dict(checks),
+            "mistakes": {k: sorted(v) for k, v in mistakes.items()}, "faults": faults, "tamper": tamper}
+
+
+def _write_csv(path: Path, header, rows):
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def _short(text: str, n: int = 95) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _barh(path: Path, labels, values, title, xlabel, xlim=None, annotate=None, color="#4C72B0"):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = max(len(labels), 1)
+    fig, ax = plt.subplots(figsize=(12, 1.2 + 0.38 * n), dpi=100)
+    y = range(len(labels))
+    ax.barh(list(y), values, color=color)
+    ax.set_yticks(list(y))
+    ax.set_yticklabels([_short(lb) for lb in labels], fontsize=9)
+    ax.invert_yaxis()
+    ax.set_title(title, fontsize=12, loc="left")
+    ax.set_xlabel(xlabel)
+    if xlim:
+        ax.set_xlim(*xlim)
+    for i, v in enumerate(values):
+        ax.text(v, i, " " + (annotate[i] if annotate else f"{v:g}"), va="center", fontsize=8)
+    ax.spines[["top", "right"]].set_visible(False)
+    if not xlim:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _hist(path: Path, scores, max_score, title):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 3.6), dpi=110)
+    top = max_score or max(scores or [1])
+    bins = min(20, max(int(top), 1))
+    ax.hist(scores, bins=bins, range=(0, top), color="#55A868", edgecolor="white")
+    ax.set_xlim(0, top)
+    ax.set_xlabel(f"score (out of {top:g})")
+    ax.set_ylabel("students")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(title, fontsize=12, loc="left")
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(root: Path, section: str, out: Path | None = None) -> Path:
+    """Write reports/<section>/ (index.html, PNGs, CSVs); return the index.html path."""
+    root = Path(root)
+    data = collect(root, section)
+    out = Path(out or root / "reports") / section
+    out.mkdir(parents=True, exist_ok=True)
+    rep, cells = data["report"], data["cells"]
+    students = rep["students"]
+    graded = {s: e for s, e in students.items() if e.get("cells")}
+    max_score = next((e["max_score"] for e in students.values() if e.get("max_score")), 0.0)
+
+    # per cell / per exercise
+    cell_rows, by_ex = [], defaultdict(lambda: defaultdict(lambda: True))
+    for s, e in graded.items():
+        for c in cells:
+            got, full = e["cells"].get(c["cell"], (None, c["points"]))
+            cell_rows.append([s, c["cell"], c["exercise"], c["kind"], "" if got is None else got, full])
+            if c["kind"] != "manual":
+                by_ex[c["exercise"]][s] &= got is not None and got >= full
+    ex_rows = sorted(((ex, sum(v.values()), len(v)) for ex, v in by_ex.items()), key=lambda r: r[1] / max(r[2], 1))
+    check_rows = sorted(((k, p, t) for k, (p, t) in data["checks"].items()), key=lambda r: (r[1] / max(r[2], 1), r[0]))
+    mistake_rows = sorted(data["mistakes"].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+    _write_csv(out / "cells.csv", ["student", "cell", "exercise", "kind", "score", "max_score"], cell_rows)
+    _write_csv(out / "students.csv", ["student", "score", "max_score", "reasons"],
+               [[s, e["score"], e["max_score"], " | ".join(e["reasons"])] for s, e in students.items()])
+    _write_csv(out / "exercises.csv", ["exercise", "passed", "students", "pass_rate"],
+               [[ex, p, t, round(p / t, 3) if t else ""] for ex, p, t in ex_rows])
+    _write_csv(out / "checks.csv", ["check", "passed", "graded", "pass_rate"],
+               [[k, p, t, round(p / t, 3) if t else ""] for k, p, t in check_rows])
+    _write_csv(out / "mistakes.csv", ["most_likely_cause", "students", "student_ids"],
+               [[m, len(ss), " ".join(ss)] for m, ss in mistake_rows])
+    _write_csv(out / "faults.csv", ["student", "fault"], data["faults"])
+    _write_csv(out / "tampering.csv", ["student", "flag"], data["tamper"])
+
+    scores = [e["score"] for e in graded.values()]
+    _hist(out / "scores.png", scores, max_score, f"{section}: score distribution ({len(scores)} graded)")
+    if ex_rows:
+        _barh(out / "exercises.png", [r[0] for r in ex_rows], [100 * r[1] / max(r[2], 1) for r in ex_rows],
+              "Pass rate per exercise (all of its cells full marks)", "% of graded students", (0, 112),
+              [f"{100 * r[1] / max(r[2], 1):.0f}% ({r[1]}/{r[2]})" for r in ex_rows])
+    if check_rows:
+        _barh(out / "checks.png", [r[0] for r in check_rows], [100 * r[1] / max(r[2], 1) for r in check_rows],
+              "Pass rate per hidden check", "% of students whose record passed", (0, 112),
+              [f"{100 * r[1] / max(r[2], 1):.0f}% ({r[1]}/{r[2]})" for r in check_rows], color="#8172B2")
+    if mistake_rows:
+        _barh(out / "mistakes.png", [m for m, _ in mistake_rows[:25]], [len(ss) for _, ss in mistake_rows[:25]],
+              "Named mistakes, by how many students made them", "students", None, None, color="#C44E52")
+
+    def table(header, rows):
+        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body or '<tr><td>none</td></tr>'}</tbody></table>"
+
+    def img(name):
+        return f'<img src="{name}" alt="{name}">' if (out / name).is_file() else "<p>nothing to plot</p>"
+
+    mean = sum(scores) / len(scores) if scores else 0
+    full = sum(1 for v in scores if max_score and v >= max_score)
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{section}: class report</title>
+<style>body{{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222;line-height:1.4}}
+h1{{margin-bottom:.2em}} h2{{margin-top:1.6em;border-bottom:1px solid #ccc}} img{{max-width:100%}}
+table{{border-collapse:collapse;font-size:14px;margin:.5em 0}} td,th{{border:1px solid #ccc;padding:3px 8px;
+text-align:left;vertical-align:top}} th{{background:#f2f2f2}} .k{{font-size:20px;font-weight:bold}}
+.stats span{{display:inline-block;margin-right:2.2em}} a{{color:#2a5db0}}</style></head><body>
+<h1>{html.escape(section)}: class report</h1>
+<p class="stats"><span>submissions <span class="k">{len(students)}</span></span>
+<span>graded <span class="k">{len(graded)}</span></span>
+<span>mean <span class="k">{mean:.1f} / {max_score:g}</span></span>
+<span>full marks <span class="k">{full}</span></span>
+<span>faults <span class="k">{len({s for s, _ in data['faults']})}</span></span>
+<span>tampering flags <span class="k">{len({s for s, _ in data['tamper']})}</span></span></p>
+<p>{html.escape(rep.get('sandbox', ''))}. CSV files: <a href="students.csv">students</a>, <a href="cells.csv">cells</a>,
+<a href="exercises.csv">exercises</a>, <a href="checks.csv">checks</a>, <a href="mistakes.csv">mistakes</a>,
+<a href="faults.csv">faults</a>, <a href="tampering.csv">tampering</a>.</p>
+<h2>Score distribution</h2>{img("scores.png")}
+<h2>Named mistakes</h2>{img("mistakes.png")}
+{table(["most likely cause", "students", "who"], [[m, len(ss), " ".join(ss)] for m, ss in mistake_rows])}
+<h2>Pass rate per exercise</h2>{img("exercises.png")}
+<h2>Pass rate per hidden check</h2>{img("checks.png")}
+<h2>Faults</h2>{table(["student", "fault"], data["faults"])}
+<h2>Tampering flags (for a human to read; scores unchanged)</h2>{table(["student", "flag"], data["tamper"])}
+<h2>Students</h2>{table(["student", "score", "max", "reasons"],
+                         [[s, f"{e['score']:g}", f"{e['max_score']:g}", "; ".join(e["reasons"])]
+                          for s, e in students.items()])}
+</body></html>"""
+    (out / "index.html").write_text(page, encoding="utf-8")
+    return out / "index.html"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="./course report", description=__doc__.split("\n")[0])
+    ap.add_argument("sections", nargs="+", metavar="SECTION", help="NN, NN_name, or all")
+    ap.add_argument("--root", default=".", help="course folder (default: the current folder)")
+    ap.add_argument("--out", default=None, help="where to write (default: ROOT/reports)")
+    args = ap.parse_args(argv)
+    root = Path(args.root).resolve()
+    try:
+        sections = resolve_sections(args.sections, root)
+    except ValueError as exc:
+        print(f"./course report: {exc} or all", file=sys.stderr)
+        return 2
+    if not sections:
+        print("./course report: no submissions under submitted/ for " + " ".join(args.sections), file=sys.stderr)
+        return 2
+    try:
+        ready(root, sections)
+        for sec in sections:
+            print(write_report(root, sec, Path(args.out) if args.out else None))
+    except CourseError as exc:
+        print(f"./course report: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""One submission graded on a Dask worker, in a scratch course of its own (nothing on the worker touches
+the course folder or its gradebook)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
+from attncourse.judge.files import read_tree
+from attncourse.judge.sandbox import sandbox_status
+from attncourse.judge.scratch import tree_hash, write_course
+
+from .config import load_config
+from .gradebook import gradebook_entry
+
+DEFAULT_TASK_TIMEOUT = 900
+DIE_ENV = "ATTNCOURSE_CLASSGRADE_DIE_FOR"   # test hook: the worker grading this student dies (os._exit)
+_TEMPLATES: dict = {}
+_LOCK = threading.Lock()
+
+
+def scratch_api(folder: Path, timeout: int | None):
+    """nbgrader's API on a scratch course, with the course's config (judge, sandbox, limits) and its own gradebook."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    cfg = load_config(folder)
+    cfg.CourseDirectory.root = str(folder)
+    cfg.CourseDirectory.db_url = f"sqlite:///{folder / 'gradebook.db'}"
+    if timeout:
+        cfg.Execute.timeout = int(timeout)
+    cfg.Exchange.root = str(folder / "exchange")  # never look at a shared exchange from a worker
+    cd = CourseDirectory(config=cfg)
+    return NbGraderAPI(cd, config=cfg), cd
+
+
+def template(kit: dict) -> dict:
+    """The scratch course of a kit with its assignment generated, as files in this worker's memory.
+
+    ``generate_assignment`` runs once per kit and worker process, in a private folder that is deleted at
+    once; tasks get fresh copies of the files from memory.  Nothing on disk is reused between tasks, so
+    nothing a kernel could reach (an unsandboxed one can reach this account's files) can change how a later
+    submission is judged.
+    """
+    with _LOCK:
+        hit = _TEMPLATES.get(kit["hash"])
+        if hit is not None:
+            return hit
+        folder = Path(tempfile.mkdtemp(prefix=f"attncourse-kit-{kit['section']}-"))
+        try:
+            write_course(folder, kit["files"], kit["section"])
+            api, _ = scratch_api(folder, None)
+            res = api.generate_assignment(kit["section"], force=True, create=True)
+            if not res.get("success"):
+                raise RuntimeError("generate_assignment failed in the scratch course:\n"
+                                   + (res.get("log") or "") + (res.get("error") or ""))
+            tree = read_tree(folder, max_file_bytes=1 << 30, max_files=10_000)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        _TEMPLATES.clear()     # one kit per section at a time is plenty
+        _TEMPLATES[kit["hash"]] = tree.files
+        return tree.files
+
+
+@contextlib.contextmanager
+def kernel_output_to(path: Path):
+    """Kernels inherit the worker's stdout/stderr: send their banners to a file while grading."""
+    saved = []
+    try:
+        fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        for n in (1, 2):
+            saved.append((n, os.dup(n)))
+            os.dup2(fd, n)
+        os.close(fd)
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        for n, old in saved:
+            os.dup2(old, n)
+            os.close(old)
+
+
+def kernel_processes() -> list:
+    """This worker's kernels (and their launchers): what the watchdog stops."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any("ipykernel" in part or "sandbox.py" in part for part in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def kill_kernels(flag: dict):
+    """The watchdog: stop every kernel of this worker (nbgrader then records the notebook as failed)."""
+    flag["fired"] = True
+    for p in kernel_processes():
+        with contextlib.suppress(Exception):
+            p.kill()
+
+
+def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None, timeout: int | None = None,
+               task_timeout: float = DEFAULT_TASK_TIMEOUT, env: dict | None = None, feedback: bool = False) -> dict:
+    """Autograde one submission in a scratch course of its own; return everything the coordinator merges."""
+    t0 = time.time()
+    section = kit["section"]
+    env = dict(env or {})
+    if env.get(DIE_ENV) == student:
+        os._exit(70)  # test hook: a worker that dies while grading
+    for k in KEEP_ENV:   # this run's settings, not those of an earlier run on the same worker
+        os.environ.pop(k, None)
+    os.environ.update({k: v for k, v in env.items() if k != DIE_ENV})
+    os.environ["PATH"] = with_python_bin()
+    out = {"section": section, "student": student, "hash": tree_hash(files), "kit": kit["hash"],
+           "worker_pid": os.getpid(), "success": False, "faults": [], "files": {}, "feedback": {}}
+    work = None
+    try:
+        sandboxed, line = sandbox_status()
+        if sandboxed is None:   # this worker cannot sandbox its kernels: it grades nothing
+            import socket
+
+            out["faults"].append(f"not graded on worker {socket.gethostname()}: {line}")
+            return out
+        tmpl = template(kit)
+        t_setup = time.time()
+        work = Path(tempfile.mkdtemp(prefix="attncourse-task-"))
+        write_course(work, {k: v for k, v in tmpl.items() if k.split("/")[0] in
+                            ("nbgrader_config.py", "source", "graders", "gradebook.db")}, section, {student: files})
+        api, cd = scratch_api(work, timeout)
+        if duedate:
+            from nbgrader.api import Gradebook
+
+            with Gradebook(cd.db_url) as gb:
+                gb.update_or_create_assignment(section, duedate=duedate)
+        flag = {"fired": False}
+        dog = threading.Timer(task_timeout, kill_kernels, args=(flag,))
+        dog.daemon = True
+        dog.start()
+        t_run = time.time()
+        try:
+            with kernel_output_to(work / "kernel-output.txt"):
+                res = api.autograde(section, student, force=True, create=True)
+        finally:
+            dog.cancel()
+        t_done = time.time()
+        out["success"] = bool(res.get("success"))
+        out["log"] = (res.get("log") or "")[-20000:] + (res.get("error") or "")[-5000:]
+        if flag["fired"]:
+            out["faults"].append(f"grading took longer than {task_timeout:g} s: its kernel was stopped")
+        graded = work / "autograded" / student / section
+        if graded.is_dir():   # written by nbgrader alone (the kernel worked elsewhere); read without following links
+            out["files"] = read_tree(graded, max_file_bytes=64 << 20).files
+        out["gradebook"] = gradebook_entry(cd.db_url, section, student)
+        if feedback and out["files"]:
+            fb = api.generate_feedback(section, student, force=True)
+            fdir = work / "feedback" / student / section
+            if fb.get("success") and fdir.is_dir():
+                out["feedback"] = read_tree(fdir, max_file_bytes=64 << 20).files
+        out["seconds"] = {"setup": round(t_setup - t0, 2), "autograde": round(t_done - t_run, 2),
+                          "total": round(time.time() - t0, 2)}
+    except Exception:  # noqa: BLE001 - a result, never a crashed task
+        out["log"] = out.get("log", "") + traceback.format_exc()
+        out["faults"].append("grading failed: " + traceback.format_exc().strip().splitlines()[-1][:300])
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def task_environment(extra_env: dict | None = None) -> tuple[dict, dict]:
+    """(the grading environment, the part of it a task sets on its worker)."""
+    env = grading_env(keep=KEEP_ENV, extra=extra_env)
+    task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in (
+        "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}
+    if extra_env and DIE_ENV in extra_env:
+        task_env[DIE_ENV] = extra_env[DIE_ENV]
+    return env, task_env
