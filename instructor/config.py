@@ -96,7 +96,10 @@ def release_points(release) -> float:
 
 
 def resolve_sections(names, root: Path) -> list:
-    """Sections from the command line: full names, numbers, prefixes, or ``all`` (every section with submissions)."""
+    """Sections from the command line: full names, numbers, prefixes, or ``all`` (every section with submissions).
+
+    A CourseError says which name is unknown, or that none of them has a submission yet.
+    """
     out = []
     for name in names:
         if name == "all":
@@ -104,5 +107,10 @@ def resolve_sections(names, root: Path) -> list:
             have = {p.name for st in sub.iterdir() if st.is_dir() for p in st.iterdir()} if sub.is_dir() else set()
             out += [s for s in SECTIONS if s in have]
         else:
-            out.append(resolve_section(name))
+            try:
+                out.append(resolve_section(name))
+            except ValueError as exc:
+                raise CourseError(f"{exc} or all") from None
+    if not out:
+        raise CourseError("no submissions under submitted/ for " + " ".join(names))
     return list(dict.fromkeys(out))

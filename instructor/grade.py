@@ -53,13 +53,6 @@ def main(argv=None, prog: str = "./course grade"):
         os.environ["ATTNCOURSE_SANDBOX"] = "0"
     try:
         sections = resolve_sections(args.sections, root)
-    except ValueError as exc:
-        print(f"{prog}: {exc} or all", file=sys.stderr)
-        return 2
-    if not sections:
-        print(f"{prog}: no submissions under submitted/ for " + " ".join(args.sections), file=sys.stderr)
-        return 2
-    try:
         if args.serial:
             ready(root, sections)   # grade_class checks the same itself
             reports = {sec: grade(sec, root, args.timeout, args.student) for sec in sections}

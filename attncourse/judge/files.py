@@ -43,9 +43,6 @@ class Tree:
     files: dict = field(default_factory=dict)
     refused: list = field(default_factory=list)
 
-    def notes(self, where: str = "the submission") -> list[str]:
-        return [f"{rel} in {where} was skipped: {why}" for rel, why in self.refused]
-
 
 def read_regular(path, max_bytes: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of ``path`` if it is a regular file (not a link) of at most ``max_bytes``; else :class:`Refused`."""
@@ -202,10 +199,3 @@ def remove(path) -> None:
         shutil.rmtree(path)
     else:
         os.unlink(path)
-
-
-def copy_regular(src, dst, max_bytes: int = MAX_FILE_BYTES) -> None:
-    """Copy one regular file without following a link at either end (the destination is replaced)."""
-    data = read_regular(src, max_bytes)
-    remove(dst)
-    write_new(dst, data)
