@@ -84,6 +84,30 @@ def softmax(x, axis=-1):
     ],
 )
 
+
+# ---------------------------------------------------------------- predict, then measure: the spread of q·k
+PREDICTED_STD = Exercise(
+    name="predicted_std", cell="predicted_std", reference=CELLS["predicted_std"],
+    mistakes=[
+        Mistake("variance", "64 is the variance of q · k (64 independent terms of variance 1 add up); the standard "
+                "deviation is its square root.", "predicted_std = 64"),
+        Mistake("scaled", "1 is the spread AFTER dividing by √d_k; the raw score q · k spreads more, the more "
+                "terms it sums.", "predicted_std = 1"),
+        Mistake("mean", "0 is the mean of q · k, not its spread: the 64 products q_i k_i average to 0 but do "
+                "not cancel exactly; their variances add.", "predicted_std = 0"),
+    ],
+    variants=[Variant("sqrt", "predicted_std = math.sqrt(64)"), Variant("power", "predicted_std = 64 ** 0.5")],
+    cases=[Case("value", "the standard deviation of q · k for d_k = 64 (independent, unit-variance components)",
+                kind="value", api="any", atol=0.5,
+                mistake_values={"d_squared": ("4096 = 64² would be the variance of a sum of 64 copies of ONE "
+                                              "product; independent terms add their variances: 64, so the "
+                                              "spread is √64.", 4096.0),
+                                "one_over_sqrt": ("0.125 = 1/√64 is the spread of q · k / d_k; the raw score is "
+                                                  "not divided by anything.", 0.125)},
+                hint="q · k sums 64 independent products q_i k_i, each of mean 0 and variance 1: the variances "
+                     "add, and the standard deviation is the square root of the total.")],
+)
+
 # ---------------------------------------------------------------- scaled dot-product attention
 SDPA_REF = CELLS["sdpa"]
 
@@ -340,5 +364,5 @@ OUTPUT_HAND = _hand(
       "_sm(Q_ex @ K_ex.T / 2) @ V_ex")],
     "output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]", "the output")
 
-SECTION = Section("02_qkv_by_hand", [SOFTMAX, SDPA, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
+SECTION = Section("02_qkv_by_hand", [SOFTMAX, PREDICTED_STD, SDPA, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
                                      OUTPUT_HAND])
