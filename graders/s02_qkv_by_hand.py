@@ -84,6 +84,30 @@ def softmax(x, axis=-1):
     ],
 )
 
+
+# ---------------------------------------------------------------- predict, then measure: the spread of q·k
+PREDICTED_STD = Exercise(
+    name="predicted_std", cell="predicted_std", reference=CELLS["predicted_std"],
+    mistakes=[
+        Mistake("variance", "64 is the variance of q · k (64 independent terms of variance 1 add up); the standard "
+                "deviation is its square root.", "predicted_std = 64"),
+        Mistake("scaled", "1 is the spread AFTER dividing by √d_k; the raw score q · k spreads more, the more "
+                "terms it sums.", "predicted_std = 1"),
+        Mistake("mean", "0 is the mean of q · k, not its spread: the 64 products q_i k_i average to 0 but do "
+                "not cancel exactly; their variances add.", "predicted_std = 0"),
+    ],
+    variants=[Variant("sqrt", "predicted_std = math.sqrt(64)"), Variant("power", "predicted_std = 64 ** 0.5")],
+    cases=[Case("value", "the standard deviation of q · k for d_k = 64 (independent, unit-variance components)",
+                kind="value", api="any", atol=0.5,
+                mistake_values={"d_squared": ("4096 = 64² would be the variance of a sum of 64 copies of ONE "
+                                              "product; independent terms add their variances: 64, so the "
+                                              "spread is √64.", 4096.0),
+                                "one_over_sqrt": ("0.125 = 1/√64 is the spread of q · k / d_k; the raw score is "
+                                                  "not divided by anything.", 0.125)},
+                hint="q · k sums 64 independent products q_i k_i, each of mean 0 and variance 1: the variances "
+                     "add, and the standard deviation is the square root of the total.")],
+)
+
 # ---------------------------------------------------------------- scaled dot-product attention
 SDPA_REF = CELLS["sdpa"]
 
@@ -175,6 +199,48 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 '''),
     ],
     cases=SDPA_CASES,
+)
+
+
+# ---------------------------------------------------------------- find the bug: attention without the scale
+FIXED_REF = CELLS["fixed_attention"]
+
+
+def _fixed_args(g, *batch, t_q=3, t_k=5, d_k=8, d_v=4):
+    return (1.5 * torch.randn(*batch, t_q, d_k, generator=g), 1.5 * torch.randn(*batch, t_k, d_k, generator=g),
+            torch.randn(*batch, t_k, d_v, generator=g))
+
+
+FIXED_ATTENTION = Exercise(
+    name="fixed_attention", cell="fixed_attention", reference=FIXED_REF, handout="no_scale",
+    mistakes=[
+        Mistake("no_scale", "the scores are not divided by √d_k: multiply Q Kᵀ by d_k ** -0.5 (or divide by "
+                "math.sqrt(d_k)); without it the softmax gets sharper the bigger d_k is.",
+                patch(FIXED_REF, " * d_k ** -0.5", " " * len(" * d_k ** -0.5"))),
+        Mistake("scale_dk", "the scores are divided by d_k instead of √d_k: that overshoots, and the bigger d_k "
+                "the flatter every softmax.", patch(FIXED_REF, " * d_k ** -0.5", " / d_k".ljust(len(" * d_k ** -0.5")))),
+        Mistake("scale_dv", "the scale uses the size of the VALUES (V's last axis); √d_k is the size of the "
+                "query and key vectors that the dot products sum over.",
+                patch(FIXED_REF, "d_k = K.size(-1)", "d_k = V.size(-1)")),
+        Mistake("scale_T", "the scores are divided by √T_k (the number of keys); the scale is √d_k, the length of "
+                "each query and key vector.", patch(FIXED_REF, "d_k = K.size(-1)", "d_k = K.size(-2)")),
+        Mistake("softmax_axis", "the softmax runs over the queries (dim=-2): each query's row of weights must sum "
+                "to 1 over the keys (dim=-1).", patch(FIXED_REF, "scores.softmax(dim=-1)", "scores.softmax(dim=-2)")),
+    ],
+    variants=[
+        Variant("sdpa", "def fixed_attention(Q, K, V):\n    return F.scaled_dot_product_attention(Q, K, V)\n"),
+        Variant("matmul", "def fixed_attention(Q, K, V):\n"
+                "    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])\n"
+                "    return torch.softmax(scores, dim=-1) @ V\n"),
+    ],
+    cases=[
+        Case("batched", "a batch of 2, T_q=3, T_k=5, d_k=8, d_v=4", args=lambda g: _fixed_args(g, 2),
+             labels=["output"]),
+        Case("float64", "float64, no batch dims, T_q=4, T_k=6, d_k=16, d_v=3", dtype="float64",
+             args=lambda g: _fixed_args(g, t_q=4, t_k=6, d_k=16, d_v=3), labels=["output"], seed=1),
+        Case("best_device", "on the best device (CUDA when present), a (2, 2) batch", device="best",
+             args=lambda g: _fixed_args(g, 2, 2, t_q=5, t_k=4, d_k=9, d_v=6), labels=["output"], seed=2),
+    ],
 )
 
 # ---------------------------------------------------------------- SelfAttention module
@@ -340,5 +406,5 @@ OUTPUT_HAND = _hand(
       "_sm(Q_ex @ K_ex.T / 2) @ V_ex")],
     "output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]", "the output")
 
-SECTION = Section("02_qkv_by_hand", [SOFTMAX, SDPA, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
+SECTION = Section("02_qkv_by_hand", [SOFTMAX, PREDICTED_STD, SDPA, FIXED_ATTENTION, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
                                      OUTPUT_HAND])

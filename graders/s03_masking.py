@@ -278,4 +278,90 @@ MASKED_HAND = Exercise(
     cases=[Case("value", "the causally masked weights of the 3-token example", kind="value", api="any", atol=0.01)],
 )
 
-SECTION = Section("03_masking", [CAUSAL, PADDING, COMBINED, MSM, MASKED_HAND])
+# (SECTION is defined at the end of this file)
+
+# ---------------------------------------------------------------- predict, then measure: blocked entries
+BLOCKED_T6 = Exercise(
+    name="blocked_T6", cell="blocked_T6", reference=CELLS["blocked_T6"],
+    mistakes=[
+        Mistake("allowed", "21 is the number of ALLOWED entries (on and below the diagonal); the question asks "
+                "for the blocked ones, above the diagonal.", "blocked_T6 = 21"),
+        Mistake("both_triangles", "30 counts both off-diagonal triangles; a causal mask blocks only the upper one "
+                "(keys after the query).", "blocked_T6 = 30"),
+        Mistake("half", "18 is half of the 36 entries; the diagonal is allowed, so fewer than half are blocked.",
+                "blocked_T6 = 18"),
+    ],
+    variants=[Variant("formula", "blocked_T6 = 6 * 5 // 2"), Variant("sum", "blocked_T6 = sum(range(6))")],
+    cases=[Case("value", "the number of blocked entries of a 6 x 6 causal mask", kind="value", api="any",
+                atol=0.01,
+                mistake_values={"all": ("36 is every entry of the mask; only the keys after each query are "
+                                        "blocked.", 36.0)},
+                hint="Row i (from 0) blocks the keys after it: T - 1 - i of them. Add 5 + 4 + ... + 0.")],
+)
+
+# ---------------------------------------------------------------- find the bug: causal attention
+FIXED_REF = CELLS["fixed_causal_attention"]
+
+
+def _keep_columns(code, old, new):
+    """patch(code, old, new) on one line, keeping that line's trailing comment in its column (a handout must
+    not show where it differs from the reference by a shifted comment)."""
+    line = next(ln for ln in code.splitlines() if old in ln)
+    head, sep, comment = line.partition("  #")
+    fixed = head.replace(old, new)
+    if sep:
+        width = len(head) + 2
+        fixed = fixed.rstrip().ljust(width - 2) + "  #" + comment if len(fixed.rstrip()) < width - 2 else fixed.rstrip() + "  #" + comment
+    return patch(code, line, fixed)
+
+
+def _qkv(g, *batch, t=5, d=4, scale=1.5):
+    return tuple(scale * torch.randn(*batch, t, d, generator=g) for _ in range(3))
+
+
+FIXED_CAUSAL = Exercise(
+    name="fixed_causal_attention", cell="fixed_causal_attention", reference=FIXED_REF,
+    handout="after_softmax",
+    mistakes=[
+        Mistake("after_softmax", "the mask is applied AFTER the softmax: the future weights are set to 0 but the "
+                "remaining weights of each row no longer sum to 1 (each row was normalised over the future keys "
+                "too). Fill the blocked scores with -inf BEFORE the softmax.",
+                _keep_columns(FIXED_REF, 'scores.masked_fill(future, float("-inf")).softmax(dim=-1)',
+                              "scores.softmax(dim=-1).masked_fill(future, 0.0)")),
+        Mistake("fill_zero", "the blocked scores are filled with 0 before the softmax: 0 is an ordinary score, so "
+                "the future keys still get weight exp(0) / sum. Fill them with float('-inf').",
+                _keep_columns(FIXED_REF, 'float("-inf")).softmax', "0.0).softmax")),
+        Mistake("inverted", "the mask is inverted: `future` is True ABOVE the diagonal (keys after the query), and "
+                "those are the scores to block; masked_fill(~future, ...) blocks the past instead.",
+                _keep_columns(FIXED_REF, "masked_fill(future,", "masked_fill(~future,"),
+                shows="a row where every key is masked"),
+        Mistake("sees_next", "each token also sees the next one: `future` must block every key after the query, "
+                "starting right above the diagonal (triu with diagonal=1).",
+                _keep_columns(FIXED_REF, ".triu(diagonal=1)", ".triu(diagonal=2)")),
+        Mistake("softmax_axis", "the softmax now runs over the queries (dim=-2); each query's row of weights "
+                "must sum to 1 over the keys (dim=-1).",
+                patch(FIXED_REF, 'float("-inf")).softmax(dim=-1)', 'float("-inf")).softmax(dim=-2)')),
+    ],
+    variants=[
+        Variant("where", '''
+def fixed_causal_attention(Q, K, V):
+    T = Q.shape[-2]
+    allowed = torch.ones(T, T, dtype=torch.bool, device=Q.device).tril()
+    scores = torch.where(allowed, Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+'''),
+        Variant("sdpa_is_causal", '''
+def fixed_causal_attention(Q, K, V):
+    return F.scaled_dot_product_attention(Q, K, V, is_causal=True)   # T_q == T_k here
+'''),
+    ],
+    cases=[
+        Case("batched", "a batch of 2, T=5, d_k=4", args=lambda g: _qkv(g, 2), labels=["output"]),
+        Case("float64", "float64, a (2, 3) batch of heads, T=4", dtype="float64",
+             args=lambda g: _qkv(g, 2, 3, t=4, d=6), labels=["output"], seed=1),
+        Case("best_device", "on the best device (CUDA when present)", device="best",
+             args=lambda g: _qkv(g, 3, t=6), labels=["output"], seed=2),
+    ],
+)
+
+SECTION = Section("03_masking", [CAUSAL, BLOCKED_T6, PADDING, COMBINED, MSM, MASKED_HAND, FIXED_CAUSAL])

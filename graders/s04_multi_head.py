@@ -173,4 +173,68 @@ MHA_PARAMS = Exercise(
                 atol=0.5)],
 )
 
-SECTION = Section("04_multi_head", [MHA, MHA_PARAMS])
+
+# ---------------------------------------------------------------- predict, then measure: attention-weights memory
+PRED_MIB = Exercise(
+    name="predicted_weights_mib", cell="predicted_weights_mib", reference=CELLS["predicted_weights_mib"],
+    mistakes=[
+        Mistake("one_head", "4 MiB is ONE head's (T, T) matrix; each of the 12 heads keeps its own.",
+                "predicted_weights_mib = 1024 * 1024 * 4 / 2**20"),
+        Mistake("no_bytes", "12 is the number of weights in Mi (2^20 numbers), not their size: each float32 "
+                "number takes 4 bytes.", "predicted_weights_mib = 12 * 1024 * 1024 / 2**20"),
+        Mistake("linear_in_T", "the weights are counted as T per head; each head scores every query against every "
+                "key, so it holds T x T of them.", "predicted_weights_mib = 12 * 1024 * 4 / 2**20"),
+        Mistake("all_layers", "576 MiB is all 12 layers; the question asks for one layer.",
+                "predicted_weights_mib = 12 * 12 * 1024 * 1024 * 4 / 2**20"),
+    ],
+    variants=[Variant("literal", "predicted_weights_mib = 48"),
+              Variant("bytes_first", "n_bytes = 12 * 1024 ** 2 * 4\npredicted_weights_mib = n_bytes / 1024 / 1024")],
+    cases=[Case("value", "MiB of one GPT-2-small layer's attention weights at T = 1024, float32", kind="value",
+                api="any", atol=0.5,
+                mistake_values={"decimal_mb": ("50.3 is the size in MB (10^6 bytes); the question asks for MiB "
+                                               "(2^20 bytes).", 12 * 1024 * 1024 * 4 / 1e6),
+                                "d_model": ("the head size or d_model does not enter: the weights are (h, T, T), "
+                                            "one number per (query, key) pair and head.", 12 * 1024 * 64 * 4 / 2**20)},
+                hint="One layer holds one (T, T) matrix per head: 12 x 1024 x 1024 numbers of 4 bytes, "
+                     "divided by 2^20 bytes per MiB.")],
+)
+
+# ---------------------------------------------------------------- find the bug: merging heads
+MERGE_REF = CELLS["fixed_merge_heads"]
+MERGE_LINE = "return ctx.transpose(1, 2).reshape(B, T, h * d_k)"
+
+
+def _ctx(g, b=2, h=3, t=4, d_k=5):
+    return (torch.randn(b, h, t, d_k, generator=g),)
+
+
+FIXED_MERGE = Exercise(
+    name="fixed_merge_heads", cell="fixed_merge_heads", reference=MERGE_REF, handout="merge_no_transpose",
+    mistakes=[
+        Mistake("merge_no_transpose", "the heads are merged by reshaping (B, h, T, d_k) straight to (B, T, h·d_k): "
+                "the shape is right, but each row now glues together features of several tokens of one head. "
+                "Transpose to (B, T, h, d_k) first, then reshape.",
+                patch(MERGE_REF, MERGE_LINE, "return ctx.reshape(B, T, h * d_k)".ljust(len(MERGE_LINE)))),
+        Mistake("swapped_T_dk", "the transpose swaps T and d_k (axes 2 and 3); the head axis (1) and the token "
+                "axis (2) must swap, so that each token's heads end up side by side.",
+                patch(MERGE_REF, MERGE_LINE, "return ctx.transpose(2, 3).reshape(B, T, h * d_k)")),
+        Mistake("head_minor", "the features are interleaved across heads (feature 0 of every head, then feature "
+                "1, ...); token t's row must hold head 0's d_k features, then head 1's: permute to "
+                "(B, T, h, d_k), not (B, T, d_k, h).",
+                patch(MERGE_REF, MERGE_LINE, "return ctx.permute(0, 2, 3, 1).reshape(B, T, h * d_k)")),
+        Mistake("swapped_B_h", "the transpose swaps the batch and head axes (0 and 1); the head axis (1) and the "
+                "token axis (2) must swap, so that each token's heads end up side by side.",
+                patch(MERGE_REF, MERGE_LINE, "return ctx.transpose(0, 1).reshape(B, T, h * d_k)")),
+    ],
+    variants=[Variant("permute_flatten", "def fixed_merge_heads(ctx):\n    return ctx.permute(0, 2, 1, 3).flatten(2)\n"),
+              Variant("cat_heads", "def fixed_merge_heads(ctx):\n    return torch.cat(ctx.unbind(dim=1), dim=-1)\n")],
+    cases=[
+        Case("batched", "B=2, h=3, T=4, d_k=5", args=_ctx, labels=["merged"]),
+        Case("float64", "float64, B=1, h=4, T=3, d_k=2", dtype="float64", args=lambda g: _ctx(g, 1, 4, 3, 2),
+             labels=["merged"], seed=1),
+        Case("best_device", "on the best device (CUDA when present), B=3, h=2, T=5, d_k=3", device="best",
+             args=lambda g: _ctx(g, 3, 2, 5, 3), labels=["merged"], seed=2),
+    ],
+)
+
+SECTION = Section("04_multi_head", [MHA, MHA_PARAMS, PRED_MIB, FIXED_MERGE])
