@@ -1,7 +1,9 @@
 """Hidden cases for section 08: train a tiny decoder-only model, then generate from it.
 
-Five graded exercises: ``next_token_loss``, ``train_step``, ``sample_next``, ``generate`` and
-``cached_attention``.  Each has 4 known mistakes and 2 correct variants.
+Seven graded exercises: ``next_token_loss``, ``train_step``, ``sample_next``, ``generate``,
+``cached_attention`` (each with 4 known mistakes and 2 correct variants), ``fixed_cached_sdpa`` (find the bug:
+the student gets its ``is_causal`` mistake to fix; 3 more mistakes, the wrong fixes, and 2 variants) and
+``predicted_cache_mib`` (predict, then measure: a value with 4 mistakes, 2 extra wrong values and 2 variants).
 
 Three of them are graded through a *probe*, a function of the notebook's locked given code that
 the hidden cells wrap the answer in (``Exercise.wrap``; the build and the tests wrap it the same
@@ -391,4 +393,98 @@ CACHE.cases = [
          labels=_CL),
 ]
 
-SECTION = Section("08_train_and_generate", [LOSS, STEP, SAMPLE, GEN, CACHE])
+# ---------------------------------------------------------------- fixed_cached_sdpa (find the bug)
+# The student's notebook shows the ``is_causal`` mistake's code in the solution cell (``handout``); the source
+# keeps the fix.  Every case has tokens in the cache: with T_past = 0 the top-left and bottom-right masks
+# coincide, so a prefill case would give the unfixed handout its points.
+FIXED_REF = CELLS["fixed_cached_sdpa"]
+_FIXED_MASK_LINES = ("    t_new, t_all = q.shape[2], k.shape[2]\n"
+                     "    allowed = torch.ones(t_new, t_all, dtype=torch.bool, device=q.device).tril(t_all - t_new)"
+                     "   # bottom-right\n")
+FIXED_HANDOUT = patch(FIXED_REF, _FIXED_MASK_LINES, "", "attn_mask=allowed)  ", "is_causal=True)     ")
+
+FIXED = Exercise(
+    name="fixed_cached_sdpa",
+    cell="fixed_cached_sdpa",
+    reference=FIXED_REF,
+    handout="is_causal",
+    mistakes=[
+        Mistake("is_causal", "is_causal=True aligns the causal mask to the TOP-LEFT corner when there are fewer "
+                "queries than keys: new token i then sees keys 0 … i instead of 0 … T_past + i (during decoding, "
+                "only the first token). Pass a bool attn_mask aligned bottom-right: ones(T_new, T_all).tril(T_past).",
+                FIXED_HANDOUT),
+        Mistake("no_mask", "the mask is gone: one new token may indeed see every key, but when several arrive at "
+                "once (the prompt, a chunk) each sees the later ones. Keep a causal mask, shifted by T_past.",
+                patch(FIXED_HANDOUT, ", is_causal=True)", ")")),
+        Mistake("inverted_mask", "the mask is inverted: for F.scaled_dot_product_attention a bool attn_mask is True "
+                "where a query MAY attend (as in section 03).",
+                patch(FIXED_REF, "attn_mask=allowed)", "attn_mask=~allowed)")),
+        Mistake("float_mask", "a 0/1 float mask is ADDED to the scores, so it blocks nothing: pass the bool mask "
+                "(True = may attend), or 0 / -inf as floats.",
+                patch(FIXED_REF, "attn_mask=allowed)", "attn_mask=allowed.to(q.dtype))")),
+    ],
+    variants=[
+        Variant("explicit_softmax", '''
+def fixed_cached_sdpa(q, k, v, cache=None):
+    if cache is not None:
+        k, v = torch.cat((cache[0], k), 2), torch.cat((cache[1], v), 2)
+    past = k.shape[2] - q.shape[2]
+    i = torch.arange(q.shape[2], device=q.device)[:, None]
+    j = torch.arange(k.shape[2], device=q.device)[None, :]
+    s = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
+    return s.masked_fill(j > i + past, float("-inf")).softmax(-1) @ v, (k, v)
+'''),
+        Variant("lower_right_bias", '''
+from torch.nn.attention.bias import causal_lower_right
+
+
+def fixed_cached_sdpa(q, k, v, cache=None):
+    if cache is not None:
+        k = torch.cat([cache[0], k], dim=2)
+        v = torch.cat([cache[1], v], dim=2)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q.shape[2], k.shape[2]))
+    return out, (k, v)
+'''),
+    ],
+    cases=[
+        Case("decode", "4 cached tokens, 1 new token (a decoding step)", args=lambda g: _qkv(g, t_new=1, t_past=4),
+             labels=_CL, seed=11),
+        Case("chunk", "3 cached tokens, 2 new tokens at once", args=lambda g: _qkv(g, t_new=2, t_past=3), labels=_CL,
+             seed=12),
+        Case("long_chunk", "5 cached tokens, 3 new, 4 heads", args=lambda g: _qkv(g, H=4, t_new=3, t_past=5),
+             labels=_CL, seed=13),
+        Case("best_device", "on the best device (CUDA when present), 2 cached, 1 new", device="best",
+             args=lambda g: _qkv(g, t_new=1, t_past=2), labels=_CL, seed=14),
+    ],
+)
+
+# ---------------------------------------------------------------- predicted_cache_mib (predict, then measure)
+PREDICT_REF = CELLS["predicted_cache_mib"]
+
+PREDICT = Exercise(
+    name="predicted_cache_mib",
+    cell="predicted_cache_mib",
+    reference=PREDICT_REF,
+    mistakes=[
+        Mistake("half", "half the size: the cache holds the values as well as the keys (and each float16 number "
+                "is 2 bytes).", "predicted_cache_mib = 32 * 4096 * 128 * 32 * 2 / 2 ** 20"),
+        Mistake("one_block", "that is one block's cache: each of the 32 blocks keeps its own keys and values.",
+                "predicted_cache_mib = 2 * 32 * 4096 * 128 * 2 / 2 ** 20"),
+        Mistake("float32", "float16 takes 2 bytes a number, not 4.",
+                "predicted_cache_mib = 2 * 32 * 4096 * 128 * 32 * 4 / 2 ** 20"),
+        Mistake("d_model_per_head", "d_k = 128 is per head (32 heads × 128 = d_model = 4096 in all): counting "
+                "d_model for every head counts 32 times too much.",
+                "predicted_cache_mib = 2 * 32 * 4096 * 4096 * 32 * 2 / 2 ** 20"),
+    ],
+    variants=[Variant("literal", "predicted_cache_mib = 2048"),
+              Variant("bytes_then_mib", "cache_bytes = 2 * 32 * 32 * 128 * 4096 * 2\npredicted_cache_mib = cache_bytes / 1024 / 1024")],
+    cases=[Case("value", "the KV cache of Llama-2-7B for 4096 tokens, in MiB", kind="value", api="any", atol=0.0,
+                rtol=0.02,
+                hint="Per block the cache holds keys AND values, each (B, h, T, d_k): 2 · 32 · 4096 · 128 numbers "
+                     "for one sequence; times 32 blocks; times 2 bytes (float16); divided by 2^20 bytes per MiB.",
+                mistake_values={"megabytes": ("that is in MB (10^6 bytes): the answer is asked in MiB (2^20 "
+                                              "bytes).", 2 * 32 * 4096 * 128 * 32 * 2 / 1e6),
+                                "gib": ("that is in GiB: the answer is asked in MiB (2^20 bytes).", 2.0)})],
+)
+
+SECTION = Section("08_train_and_generate", [LOSS, STEP, SAMPLE, GEN, CACHE, FIXED, PREDICT])
