@@ -13,6 +13,7 @@ SECTIONS = [
     "06_transformer_block",
     "07_bert_probe",
     "08_train_and_generate",
+    "09_language_model",
 ]
 
 # The course settings a grading run passes on to nbgrader and its kernels' launcher.

@@ -110,3 +110,56 @@ def block_diagram(batch: int = 2, seq: int = 5, d_model: int = 16, n_heads: int 
     if savepath:
         ax.figure.savefig(savepath, dpi=120, bbox_inches="tight")
     return ax
+
+
+class LiveCurves:
+    """Loss curves redrawn in place while a model trains: one figure, updated after every ``add``.
+
+    ``LiveCurves(title, baselines={"bigram (val)": 2.5})`` draws each baseline as a dashed line;
+    ``add(step, train=..., val=...)`` appends a point to each named curve and redraws.
+    """
+
+    def __init__(self, title: str = "loss", ylabel: str = "cross-entropy (nats per character)",
+                 baselines: dict | None = None, ax=None):
+        self.points: dict = {}
+        self.baselines = dict(baselines or {})
+        self.title, self.ylabel = title, ylabel
+        if ax is None:
+            self.fig, self.ax = plt.subplots(figsize=(6.5, 3.6))
+        else:
+            self.fig, self.ax = ax.figure, ax
+        self.handle = None
+        try:                                   # inside Jupyter: one display, updated in place
+            from IPython import get_ipython
+            from IPython.display import display
+            if get_ipython() is not None:
+                self.handle = display(self.fig, display_id=True)
+                plt.close(self.fig)            # the handle shows it; no second copy at the end of the cell
+        except ImportError:
+            pass
+
+    def add(self, step, **values) -> None:
+        for name, v in values.items():
+            self.points.setdefault(name, []).append((step, float(v)))
+        self.draw()
+
+    def draw(self) -> None:
+        ax = self.ax
+        ax.clear()
+        for name, pts in self.points.items():
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker=".", label=name)
+        for name, v in self.baselines.items():
+            ax.axhline(v, linestyle="--", color="gray", linewidth=1)
+            ax.annotate(name, (0, v), xytext=(2, 2), textcoords="offset points", fontsize=8, color="gray")
+        ax.set_xlabel("step")
+        ax.set_ylabel(self.ylabel)
+        ax.set_title(self.title)
+        if self.points:
+            ax.legend(loc="upper right")
+        self.fig.tight_layout()
+        if self.handle is not None:
+            self.handle.update(self.fig)
+
+    def save(self, path: str) -> None:
+        self.fig.savefig(path, dpi=120, bbox_inches="tight")

@@ -1,0 +1,127 @@
+"""Section 09: the shipped corpus, the split the notebook makes, and the given GPT's contracts."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from tests.harness import ROOT
+
+DATA = ROOT / "attncourse" / "data"
+
+
+def test_corpus_is_small_plain_and_documented():
+    corpus = DATA / "kjv_genesis_exodus.txt"
+    assert corpus.stat().st_size <= 1_000_000, "the corpus must stay within 1 MB"
+    text = corpus.read_text(encoding="utf-8")
+    assert text.isascii() and text.endswith("\n")
+    readme = (DATA / "README.md").read_text(encoding="utf-8")
+    for word in ("Source", "Licence", "public domain", "kjv_genesis_exodus.txt"):
+        assert word in readme, f"attncourse/data/README.md must state {word!r}"
+    lines = text.splitlines()
+    assert f"{len(lines):,} lines" in readme and f"{len(text):,} characters" in readme, "README's counts are stale"
+
+
+def test_load_corpus_reads_the_installed_package():
+    from attncourse.teach.gpt import load_corpus
+
+    assert load_corpus() == (DATA / "kjv_genesis_exodus.txt").read_text(encoding="utf-8")
+
+
+def test_corpus_ships_with_the_package():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert "package-data" in text and "data/*.txt" in text, "pyproject must install attncourse/data with the package"
+
+
+def _given_data():
+    from graders.s09_language_model import DATA_GIVEN
+
+    ns: dict = {}
+    exec("import torch\n" + DATA_GIVEN, ns)
+    return ns
+
+
+def test_split_is_disjoint_and_complete():
+    """The notebook's prose: a random tenth of the verses is held out, no verse is in both parts."""
+    ns = _given_data()
+    verses, val_ids = ns["verses"], ns["val_ids"]
+    assert len(val_ids) == len(verses) // 10
+    train_ids = set(range(len(verses))) - val_ids
+    assert not (train_ids & val_ids)
+    assert len(ns["train_text"]) + len(ns["val_text"]) == len(ns["text"])
+    assert ns["train_text"] == "".join(verses[i] for i in sorted(train_ids))
+    assert ns["val_text"] == "".join(verses[i] for i in sorted(val_ids))
+    x, y = ns["get_batch"](ns["val_data"], 4, 16, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
+
+
+def _apply_rope(x):   # section 05's contract, written out: pair (2i, 2i+1) at position t turned by t / 10000^(2i/d)
+    T, d = x.shape[-2], x.shape[-1]
+    out = x.clone()
+    for t in range(T):
+        for i in range(d // 2):
+            a, b = x[..., t, 2 * i], x[..., t, 2 * i + 1]
+            ang = t / 10000 ** (2 * i / d)
+            out[..., t, 2 * i] = a * math.cos(ang) - b * math.sin(ang)
+            out[..., t, 2 * i + 1] = a * math.sin(ang) + b * math.cos(ang)
+    return out
+
+
+def test_rotate_is_section_05s_rope_with_an_offset():
+    from attncourse.teach.gpt import rotate
+
+    x = torch.randn(2, 3, 9, 8, dtype=torch.float64)
+    full = _apply_rope(x)
+    assert torch.allclose(rotate(x), full, atol=1e-5)
+    assert torch.allclose(rotate(x[..., 5:, :], offset=5), full[..., 5:, :], atol=1e-5)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_gpt_cache_matches_the_full_pass_and_head_is_tied(dropout):
+    from attncourse.teach.gpt import GPT
+
+    torch.manual_seed(0)
+    model = GPT(20, d_model=32, n_heads=4, n_layers=2, max_len=24, dropout=dropout).eval()
+    assert model.head.weight is model.embed.weight
+    ids = torch.randint(0, 20, (3, 17))
+    with torch.no_grad():
+        full = model(ids)
+        a, cache = model(ids[:, :9], use_cache=True)
+        b, cache = model(ids[:, 9:12], cache)                 # a chunk of 3 at offset 9
+        c, cache = model(ids[:, 12:13], cache)                # one token at offset 12
+        d, cache = model(ids[:, 13:], cache)
+    assert torch.allclose(torch.cat([a, b, c, d], dim=1), full, atol=1e-5)
+    assert cache[0][0].shape == (3, 4, 17, 8)
+    with pytest.raises(ValueError):
+        model(torch.zeros(1, 25, dtype=torch.long))
+
+
+def test_generate_stops_restores_mode_and_runs_past_max_len():
+    from attncourse.teach.gpt import GPT
+
+    torch.manual_seed(0)
+    model = GPT(10, d_model=16, n_heads=2, n_layers=1, max_len=8, dropout=0.1).train()
+    prompt = torch.tensor([[1, 2, 3]])
+    out = model.generate(prompt, 20, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 23) and torch.equal(out[:, :3], prompt) and model.training
+    stop = int(out[0, 5])
+    short = model.generate(prompt, 20, stop=stop, generator=torch.Generator().manual_seed(0))
+    assert short.shape[1] <= 6 and int(short[0, -1]) == stop
+    assert model.generate(prompt, 12, temperature=0).shape == (1, 15)   # past max_len: the window is re-read
+    greedy = model.generate(prompt, 5, temperature=0)                   # within max_len: the cache all the way
+    ids, model = prompt, model.eval()                                   # generate turned dropout off too
+    with torch.no_grad():
+        for _ in range(5):                                              # the same tokens without a cache
+            ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
+    assert torch.equal(greedy, ids)
+
+
+def test_top_k_and_top_p_of_the_given_sampler():
+    from attncourse.teach.gpt import GPT
+
+    logits = torch.log(torch.tensor([[0.1, 0.5, 0.05, 0.3, 0.05]]))
+    draws = torch.stack([GPT.choose(logits, top_p=0.7, generator=torch.Generator().manual_seed(s)) for s in range(50)])
+    assert set(draws.flatten().tolist()) <= {1, 3}
+    draws = torch.stack([GPT.choose(logits, top_k=1, generator=torch.Generator().manual_seed(s)) for s in range(20)])
+    assert set(draws.flatten().tolist()) == {1}
