@@ -1,4 +1,6 @@
 """Hidden cases for section 05: sinusoidal positional encoding and rotary embeddings (RoPE)."""
+import math
+
 import torch
 
 from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
@@ -158,4 +160,39 @@ ROPE.cases += [
          device="best", labels=["norms", "relative", "moves"], args=lambda g: _query_key_rows(g, T=12, d=16), seed=6),
 ]
 
-SECTION = Section("05_positional_encoding", [PE, ROPE])
+
+# ---------------------------------------------------------------- predict, then measure: a pair's wavelength
+WAVE_REF = CELLS["wavelength"]
+
+WAVELENGTH = Exercise(
+    name="predicted_wavelength",
+    cell="wavelength",
+    reference=WAVE_REF,
+    mistakes=[
+        Mistake("no_two_pi", "that is 1/ω_i, the number of positions per radian: one full turn is 2π radians, so "
+                "the wavelength is 2π / ω_i = 2π · 10000^(2i/d_model).",
+                patch(WAVE_REF, "2 * math.pi * ", "")),
+        Mistake("pair_index", "the exponent uses the pair index i instead of 2i: pair 16 divides by "
+                "10000^(2·16/64), not 10000^(16/64).",
+                patch(WAVE_REF, "10000 ** (2 * 16 / 64)", "10000 ** (16 / 64)")),
+        Mistake("feature_as_i", "the feature index 32 was used as the pair index: features 32 and 33 are pair "
+                "i = 16, whose exponent is 2i/d_model = 32/64.",
+                patch(WAVE_REF, "10000 ** (2 * 16 / 64)", "10000 ** (2 * 32 / 64)")),
+        Mistake("frequency", "that is a frequency (turns per position), not a wavelength: the wavelength is the "
+                "number of positions per turn, 2π · 10000^(2i/d_model).",
+                patch(WAVE_REF, "2 * math.pi * 10000 ** (2 * 16 / 64)", "1 / (2 * math.pi * 10000 ** (2 * 16 / 64))")),
+    ],
+    variants=[Variant("literal", "predicted_wavelength = 628.3"),
+              Variant("radians", "omega = 1 / 100\npredicted_wavelength = 2 * math.pi / omega")],
+    cases=[Case("value", "the wavelength of pair 16 of a 64-wide sinusoidal encoding", kind="value", api="any",
+                atol=0.0, rtol=0.01,
+                hint="Pair i turns by ω_i = 1 / 10000^(2i/d_model) per position; one full turn is 2π, so the "
+                     "wavelength is 2π · 10000^(2i/d_model) = 2π · 10000^(32/64).",
+                mistake_values={
+                    "half_turn": ("that is half a turn: sin comes back to 0 after π, but to where it started "
+                                  "(0, rising) only after 2π.", math.pi * 100),
+                    "degrees": ("the angle is in radians: one turn is 2π, not 360.", 360 * 100.0),
+                })],
+)
+
+SECTION = Section("05_positional_encoding", [PE, WAVELENGTH, ROPE])
