@@ -81,6 +81,20 @@ c.Autograde.autograde_preprocessors = [
     IsolatedExecute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
 ]
+# Find-the-bug exercises (graders/sNN_*.py, Exercise(handout=...)): right after ClearSolutions, the student's copy
+# of such a solution cell gets the buggy code the reference build stored, not the stub.
+from nbgrader.preprocessors import (
+    ClearHiddenTests, ClearMarkScheme, ClearOutput, ClearSolutions,
+    ComputeChecksums, IncludeHeaderFooter, InstantiateTests, LockCells, SaveCells,
+)
+
+from attncourse.judge.handout import HandOut
+
+c.HandOut.course_root = str(ROOT)
+c.GenerateAssignment.preprocessors = [
+    IncludeHeaderFooter, InstantiateTests, LockCells, ClearSolutions, HandOut, ClearOutput, CheckCellMetadata,
+    ComputeChecksums, SaveCells, ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadata,
+]
 # Formgrader and the feedback HTML render notebooks: sanitise any HTML in them (JudgeRecords already keeps
 # only text and raster images in outputs; this covers the templates too).
 c.HTMLExporter.sanitize_html = True

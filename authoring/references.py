@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from attncourse.protocol.cases import StoredCase
 from graders import available_sections, load_section
 from graders.spec import COURSE, PRELUDE, Case, Exercise
 
@@ -158,9 +159,48 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
     return stored.to_dict()
 
 
+def handout_source(code: str) -> str:
+    """What a find-the-bug cell shows the student: the handout mistake's code without the solution markers."""
+    return "\n".join(line for line in code.splitlines()
+                     if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")).strip("\n")
+
+
+def check_handout(ex: Exercise, stored_cases: dict, context: dict) -> str:
+    """The code a find-the-bug exercise hands out, after proving that it fails every case of the exercise.
+
+    An unfixed handout must earn nothing: each case's output must differ from the reference beyond any
+    grading tolerance (or the handout must raise).  Raises ``ValueError`` (the build's one line) otherwise.
+    """
+    keys = [m.key for m in ex.mistakes]
+    if ex.handout not in keys:
+        raise ValueError(f"{ex.name}: handout={ex.handout!r} is not one of its mistakes ({', '.join(keys)})")
+    mistake = ex.mistakes[keys.index(ex.handout)]
+    for case in ex.cases:
+        stored = StoredCase.from_dict(stored_cases[f"{ex.name}:{case.name}"])
+        if case.kind == "value":
+            passes = same(_master(_as_tensor(define(ex, mistake.code))), stored.expected, atol=1e-4, rtol=1e-3)
+        elif case.kind in ("call", "module"):
+            try:
+                out = run_case(define(ex, mistake.code), case, stored, context)
+            except Exception:  # noqa: BLE001 - a handout that raises fails the case
+                continue
+            passes = same(out, stored.expected, atol=1e-4, rtol=1e-3)
+        else:
+            raise ValueError(f"{ex.name}: a find-the-bug exercise has call, module or value cases only "
+                             f"({case.name} is a {case.kind} case)")
+        if passes:
+            raise ValueError(f"{ex.name}: the handout {ex.handout!r} passes the case {case.name!r}: an unfixed "
+                             "handout would earn its points (make the case show the bug, or hand out another mistake)")
+    handed = handout_source(mistake.code)
+    if handed == handout_source(ex.reference or ""):
+        raise ValueError(f"{ex.name}: the handout {ex.handout!r} is the reference code")
+    return handed
+
+
 def build_section(name: str, log=print) -> dict:
     section = load_section(name)
     data = {"section": name, "messages": {}, "cases": {}}
+    handouts = {}
     for ex in section.exercises:
         for m in ex.mistakes:
             data["messages"][f"{ex.name}.{m.key}"] = m.message
@@ -169,6 +209,10 @@ def build_section(name: str, log=print) -> dict:
         for case in ex.cases:
             log(f"  {name}: {ex.name}:{case.name}")
             data["cases"][f"{ex.name}:{case.name}"] = build_case(ex, case, context, data["messages"], log)
+        if ex.handout:
+            handouts[ex.cell] = check_handout(ex, data["cases"], context)
+    if handouts:   # grade_id -> the code the student's notebook shows (attncourse.judge.handout.HandOut)
+        data["handouts"] = handouts
     return data
 
 

@@ -150,6 +150,10 @@ class Exercise:
     # For answers that a single call on stored inputs cannot show (a training step's effect on a
     # fresh model over several steps, sampling with a seeded generator).
     wrap: str | None = None
+    # Find the bug: the key of one of ``mistakes``.  The student's notebook shows that mistake's code in the
+    # exercise's solution cell (instead of nbgrader's stub) for the student to debug; the source keeps the
+    # correct code.  The build refuses a handout that passes any case (an unfixed handout earns nothing).
+    handout: str | None = None
 
 
 @dataclass

@@ -100,6 +100,13 @@ def test_blank_release_scores_zero(section, tmp_root):
     scores, _ = results["blank"]
     earned = {k: v for k, v in scores.items() if v[0] != 0}
     assert not earned, f"cells that give points to an untouched release: {earned}"
+    # A find-the-bug exercise hands out one of its mistakes: the untouched release's feedback names it.
+    _, spec, source, _, _ = graded(section, tmp_root)
+    for ex in (spec.exercises if spec else []):
+        if ex.handout:
+            m = [m for m in ex.mistakes if m.key == ex.handout][0]
+            text = "\n".join(results["blank"][1][c] for c in checks_of(source, ex.name))
+            assert (m.shows or m.message) in text, f"{ex.name}: the blank handout's feedback does not name it"
 
 
 @pytest.mark.parametrize("section", params(with_source()))

@@ -41,6 +41,11 @@ def _solution_lines(nb):
     return {s for s in lines - outside if len(s) >= 12}
 
 
+def _handouts(section) -> dict:
+    path = ROOT / "graders" / "data" / f"{section}.pt"
+    return torch.load(path, weights_only=True).get("handouts", {}) if path.is_file() else {}
+
+
 @pytest.mark.parametrize("section", params(with_source()))
 def test_release_hides_solutions_and_hidden_tests(section):
     src = read_nb(ROOT / "source" / section / f"{section}.ipynb")
@@ -50,7 +55,13 @@ def test_release_hides_solutions_and_hidden_tests(section):
         assert marker not in text, f"release/{section} contains {marker!r}"
     rel = read_nb(rel_path)
     rel_lines = {line.strip() for c in rel.cells for line in c.source.splitlines()}
-    leaked = _solution_lines(src) & rel_lines
+    # A find-the-bug cell hands out the buggy code on purpose: its lines are no secret, the fix's lines are.
+    handouts = _handouts(section)
+    for gid, code in handouts.items():
+        shown = [c.source for c in rel.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid]
+        assert shown == [code], f"release/{section}: cell {gid} does not show its find-the-bug handout"
+    handed = {line.strip() for code in handouts.values() for line in code.splitlines()}
+    leaked = (_solution_lines(src) - handed) & rel_lines
     assert not leaked, f"solution or hidden-test lines in release/{section}: {sorted(leaked)[:5]}"
 
 
