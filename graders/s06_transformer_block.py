@@ -390,4 +390,53 @@ BLOCK_PARAMS = Exercise(
                 })],
 )
 
-SECTION = Section("06_transformer_block", [LN, BLOCK, BLOCK_PARAMS, CROSS, FAMILY, CAN_TRANSLATE])
+# ---------------------------------------------------------------- find the bug: RMSNorm
+RMS_REF = CELLS["rms_norm"]
+
+RMS = Exercise(
+    name="rms_norm",
+    cell="rms_norm",
+    reference=RMS_REF,
+    handout="wrong_axis",
+    mistakes=[
+        Mistake("wrong_axis", "the mean square is taken over the wrong axis (the tokens, dim=-2): each token is "
+                "normalised over its own features, the last axis (dim=-1), so that other tokens cannot change it.",
+                patch(RMS_REF, "ms = x.pow(2).mean(dim=-1, keepdim=True)          # (..., 1): mean square",
+                      "ms = x.pow(2).mean(dim=-2, keepdim=True)          # (..., 1, D): mean square")),
+        Mistake("centred", "the mean is subtracted: that is LayerNorm. RMSNorm divides x itself by its root mean "
+                "square, with no centring.",
+                patch(RMS_REF, "return x * torch.rsqrt", "return (x - x.mean(dim=-1, keepdim=True)) * torch.rsqrt")),
+        Mistake("no_weight", "the learned scale is missing: multiply the normalised vector by weight.",
+                patch(RMS_REF, "torch.rsqrt(ms + eps) * weight", "torch.rsqrt(ms + eps)")),
+        Mistake("eps_outside", "ε is added after the square root; it belongs inside: 1 / sqrt(mean square + eps).",
+                patch(RMS_REF, "torch.rsqrt(ms + eps)", "1 / (ms.sqrt() + eps)")),
+    ],
+    variants=[
+        Variant("functional", """
+def rms_norm(x, weight, eps=1e-6):
+    return F.rms_norm(x, x.shape[-1:], weight, eps)
+"""),
+        Variant("sqrt", """
+def rms_norm(x, weight, eps=1e-6):
+    rms = torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+    return weight * (x / rms)
+"""),
+    ],
+    cases=[
+        Case("batched", "a (2, 5, 8) batch and a learned weight",
+             args=lambda g: (3 * torch.randn(2, 5, 8, generator=g) + 1, 1 + 0.3 * torch.randn(8, generator=g)), seed=21),
+        Case("eps", "eps=0.1 on small values, (4, 3, 6)",
+             args=lambda g: (0.2 * torch.randn(4, 3, 6, generator=g), 1 + 0.3 * torch.randn(6, generator=g)),
+             kwargs={"eps": 0.1}, seed=22),
+        Case("float64", "float64, (3, 4, 16)", dtype="float64",
+             args=lambda g: (torch.randn(3, 4, 16, generator=g), 1 + 0.3 * torch.randn(16, generator=g)), seed=23),
+        Case("bfloat16", "bfloat16, (2, 3, 8)", dtype="bfloat16",
+             args=lambda g: (torch.randn(2, 3, 8, generator=g), 1 + 0.3 * torch.randn(8, generator=g)), seed=24),
+        Case("best_device", "on the best device (CUDA when present)", device="best",
+             args=lambda g: (torch.randn(2, 4, 8, generator=g), 1 + 0.3 * torch.randn(8, generator=g)), seed=25),
+        Case("meta", "on the meta device", device="meta",
+             args=lambda g: (torch.randn(2, 4, 8, generator=g), torch.ones(8))),
+    ],
+)
+
+SECTION = Section("06_transformer_block", [LN, BLOCK, BLOCK_PARAMS, CROSS, FAMILY, CAN_TRANSLATE, RMS])
