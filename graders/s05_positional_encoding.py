@@ -1,4 +1,6 @@
 """Hidden cases for section 05: sinusoidal positional encoding and rotary embeddings (RoPE)."""
+import math
+
 import torch
 
 from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
@@ -158,4 +160,109 @@ ROPE.cases += [
          device="best", labels=["norms", "relative", "moves"], args=lambda g: _query_key_rows(g, T=12, d=16), seed=6),
 ]
 
-SECTION = Section("05_positional_encoding", [PE, ROPE])
+
+# ---------------------------------------------------------------- predict, then measure: a pair's wavelength
+WAVE_REF = CELLS["wavelength"]
+
+WAVELENGTH = Exercise(
+    name="predicted_wavelength",
+    cell="wavelength",
+    reference=WAVE_REF,
+    mistakes=[
+        Mistake("no_two_pi", "that is 1/ω_i, the number of positions per radian: one full turn is 2π radians, so "
+                "the wavelength is 2π / ω_i = 2π · 10000^(2i/d_model).",
+                patch(WAVE_REF, "2 * math.pi * ", "")),
+        Mistake("pair_index", "the exponent uses the pair index i instead of 2i: pair 16 divides by "
+                "10000^(2·16/64), not 10000^(16/64).",
+                patch(WAVE_REF, "10000 ** (2 * 16 / 64)", "10000 ** (16 / 64)")),
+        Mistake("feature_as_i", "the feature index 32 was used as the pair index: features 32 and 33 are pair "
+                "i = 16, whose exponent is 2i/d_model = 32/64.",
+                patch(WAVE_REF, "10000 ** (2 * 16 / 64)", "10000 ** (2 * 32 / 64)")),
+        Mistake("frequency", "that is a frequency (turns per position), not a wavelength: the wavelength is the "
+                "number of positions per turn, 2π · 10000^(2i/d_model).",
+                patch(WAVE_REF, "2 * math.pi * 10000 ** (2 * 16 / 64)", "1 / (2 * math.pi * 10000 ** (2 * 16 / 64))")),
+    ],
+    variants=[Variant("literal", "predicted_wavelength = 628.3"),
+              Variant("radians", "omega = 1 / 100\npredicted_wavelength = 2 * math.pi / omega")],
+    cases=[Case("value", "the wavelength of pair 16 of a 64-wide sinusoidal encoding", kind="value", api="any",
+                atol=0.0, rtol=0.01,
+                hint="Pair i turns by ω_i = 1 / 10000^(2i/d_model) per position; one full turn is 2π, so the "
+                     "wavelength is 2π · 10000^(2i/d_model) = 2π · 10000^(32/64).",
+                mistake_values={
+                    "half_turn": ("that is half a turn: sin comes back to 0 after π, but to where it started "
+                                  "(0, rising) only after 2π.", math.pi * 100),
+                    "degrees": ("the angle is in radians: one turn is 2π, not 360.", 360 * 100.0),
+                })],
+)
+
+# ---------------------------------------------------------------- find the bug: RoPE, rotate-half layout
+HALF_REF = CELLS["rope_rotate_half"]
+
+
+def _half(*pairs):
+    return patch(HALF_REF, *pairs)
+
+
+ROPE_HALF = Exercise(
+    name="rope_rotate_half",
+    cell="rope_rotate_half",
+    reference=HALF_REF,
+    handout="freq_index",
+    mistakes=[
+        Mistake("freq_index", "the frequencies use the pair index j instead of 2j: pair j turns by t · 10000^(−2j/d), "
+                "so the exponents are 0, 2/d, 4/d, ... (with j/d the later pairs turn too fast).",
+                _half("10000 ** (2 * torch.arange(half, device=x.device, dtype=fp) / d)   # (d/2,)",
+                      "10000 ** (torch.arange(half, device=x.device, dtype=fp) / d)       # (d/2,)")),
+        Mistake("sin_cos_swapped", "sin and cos are swapped: a pair (a, b) turned by the angle φ becomes "
+                "(a·cos φ − b·sin φ, a·sin φ + b·cos φ), so x itself is multiplied by cos.",
+                _half("return x * cos + torch.cat([-x2, x1], dim=-1) * sin",
+                      "return x * sin + torch.cat([-x2, x1], dim=-1) * cos")),
+        Mistake("clockwise", "the pairs turn the wrong way: the rotated partner of (x1, x2) is (−x2, x1), which "
+                "gives (a·cos − b·sin, a·sin + b·cos).",
+                _half("torch.cat([-x2, x1], dim=-1)", "torch.cat([x2, -x1], dim=-1)")),
+        Mistake("interleaved_angles", "the angles are repeated per interleaved pair (repeat_interleave): in the "
+                "rotate-half layout feature j and feature j + d/2 share angle j, so the (T, d/2) angles are "
+                "repeated as two halves.",
+                _half("cos = angles.cos().repeat(1, 2)", "cos = angles.cos().repeat_interleave(2, dim=-1)",
+                      "sin = angles.sin().repeat(1, 2)", "sin = angles.sin().repeat_interleave(2, dim=-1)")),
+        Mistake("positions_from_1", "the positions start at 1: the first token is position 0 and is not rotated.",
+                _half("torch.arange(T, device=x.device, dtype=fp)", "torch.arange(1, T + 1, device=x.device, dtype=fp)")),
+    ],
+    variants=[
+        Variant("halves", '''
+def rope_rotate_half(x):
+    T, d = x.shape[-2:]
+    h = d // 2
+    work = torch.promote_types(x.dtype, torch.float32)
+    theta = torch.pow(10000.0, -torch.arange(0, d, 2, device=x.device, dtype=work) / d)     # (d/2,)
+    ang = torch.arange(T, device=x.device, dtype=work)[:, None] * theta                    # (T, d/2)
+    c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    a, b = x[..., :h], x[..., h:]
+    return torch.cat([a * c - b * s, a * s + b * c], dim=-1)
+'''),
+        Variant("complex", '''
+def rope_rotate_half(x):
+    T, d = x.shape[-2:]
+    h = d // 2
+    work = torch.promote_types(x.dtype, torch.float32)
+    ang = torch.arange(T, device=x.device, dtype=work)[:, None] * 10000 ** (
+        -torch.arange(0, d, 2, device=x.device, dtype=work) / d)                           # (T, d/2)
+    z = torch.complex(x[..., :h].to(work), x[..., h:].to(work)) * torch.polar(torch.ones_like(ang), ang)
+    return torch.cat([z.real, z.imag], dim=-1).to(x.dtype)
+'''),
+    ],
+    cases=[
+        Case("unbatched", "a (T=6, d=8) input", args=lambda g: (torch.randn(6, 8, generator=g),), seed=11),
+        Case("heads", "a (B=2, h=3, T=5, d=16) input", args=lambda g: (torch.randn(2, 3, 5, 16, generator=g),),
+             seed=12),
+        Case("float64", "float64, (2, 7, 8)", dtype="float64", args=lambda g: (torch.randn(2, 7, 8, generator=g),),
+             seed=13),
+        Case("bfloat16", "bfloat16, (2, 4, 8)", dtype="bfloat16", args=lambda g: (torch.randn(2, 4, 8, generator=g),),
+             seed=14),
+        Case("best_device", "on the best device (CUDA when present), (2, 2, 6, 8)", device="best",
+             args=lambda g: (torch.randn(2, 2, 6, 8, generator=g),), seed=15),
+        Case("meta", "on the meta device, (2, 5, 8)", device="meta", args=lambda g: (torch.randn(2, 5, 8, generator=g),)),
+    ],
+)
+
+SECTION = Section("05_positional_encoding", [PE, WAVELENGTH, ROPE, ROPE_HALF])

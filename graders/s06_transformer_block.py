@@ -289,35 +289,154 @@ FAMILY = Exercise(
     reference=FAMILY_REF,
     mistakes=[
         Mistake("all_decoder", "every task got the decoder-only family. Large decoder-only models can be prompted to "
-                "do almost anything, but the question asks which family each task was built for: tasks that only "
-                "need to understand a whole input, or that read one sequence and write another, have their own.",
-                _family(a="DECODER_ONLY", c="DECODER_ONLY", d="DECODER_ONLY", f="DECODER_ONLY")),
+                "do almost anything, but the question asks which family each task's classic model is built as: tasks "
+                "that only need to understand a whole input, or that read one sequence and write another, have their "
+                "own.",
+                _family(a="DECODER_ONLY", c="DECODER_ONLY", e="DECODER_ONLY")),
         Mistake("understanding_as_generation", "tasks that only label or classify their input were given a family "
                 "that generates text; a model that sees the whole input in both directions fits them.",
-                _family(a="ENCODER_DECODER", d="ENCODER_DECODER")),
-        Mistake("seq2seq_as_encoder", "tasks that turn one sequence into a new one were given a family that writes "
-                "no text; they need a decoder (with an encoder that reads the input).",
-                _family(c="ENCODER_ONLY", f="ENCODER_ONLY")),
-        Mistake("seq2seq_as_decoder", "tasks that read a whole input and write a separate new sequence were given "
-                "the decoder-only family; the family with an encoder for the input and a decoder for the output "
-                "was built for them.",
-                _family(c="DECODER_ONLY", f="DECODER_ONLY")),
+                _family(a="ENCODER_DECODER", c="ENCODER_DECODER")),
+        Mistake("seq2seq_as_encoder", "the summary was given a family that writes no text; writing a new sequence "
+                "needs a decoder (here with an encoder that reads the article).",
+                _family(e="ENCODER_ONLY")),
+        Mistake("seq2seq_as_decoder", "the summary was given the decoder-only family. Decoder-only models do "
+                "summarise when prompted, but the task names T5 and BART, which are built as encoder-decoders: an "
+                "encoder reads the article, a decoder writes the summary.",
+                _family(e="DECODER_ONLY")),
         Mistake("understanding_as_decoder", "tasks that only label or classify their input were given the "
                 "decoder-only family, which sees only the left context of each token.",
-                _family(a="DECODER_ONLY", d="DECODER_ONLY")),
+                _family(a="DECODER_ONLY", c="DECODER_ONLY")),
         Mistake("continuation_as_seq2seq", "tasks that continue a text were given the encoder-decoder family; "
                 "continuing a text is next-token prediction on one sequence.",
-                _family(b="ENCODER_DECODER", e="ENCODER_DECODER")),
+                _family(b="ENCODER_DECODER", d="ENCODER_DECODER")),
     ],
     variants=[
-        Variant("dict_call", "family = dict(a=ENCODER_ONLY, b=DECODER_ONLY, c=ENCODER_DECODER, d=ENCODER_ONLY, "
-                "e=DECODER_ONLY, f=ENCODER_DECODER)"),
-        Variant("strings", "family = {k: v for k, v in zip('abcdef', ['encoder-only', 'decoder-only', "
-                "'encoder-decoder', 'encoder-only', 'decoder-only', 'encoder-decoder'])}"),
+        Variant("dict_call", "family = dict(a=ENCODER_ONLY, b=DECODER_ONLY, c=ENCODER_ONLY, d=DECODER_ONLY, "
+                "e=ENCODER_DECODER)"),
+        Variant("strings", "family = {k: v for k, v in zip('abcde', ['encoder-only', 'decoder-only', "
+                "'encoder-only', 'decoder-only', 'encoder-decoder'])}"),
     ],
-    cases=[Case("answers", "the family for each of the six tasks", kind="value", api="any",
+    cases=[Case("answers", "the family for each of the five tasks", kind="value", api="any",
                 hint="Some tasks have the wrong family: for each, ask whether it only reads (understands) its input, "
                      "continues a text, or reads one sequence and writes another.")],
 )
 
-SECTION = Section("06_transformer_block", [LN, BLOCK, CROSS, FAMILY])
+# ---------------------------------------------------------------- who can translate
+TRANSLATE_REF = CELLS["can_translate"]
+_DEC_FALSE = {"encoder-only": False, "decoder-only": False, "encoder-decoder": True}
+
+CAN_TRANSLATE = Exercise(
+    name="can_translate",
+    cell="can_translate",
+    given=FAMILIES_GIVEN,
+    reference=TRANSLATE_REF,
+    mistakes=[
+        Mistake("decoder_cannot", "decoder-only models translate too: a prompt such as 'English: ... French:' makes "
+                "the translation a continuation, and large GPT-style models are strong translators. The "
+                "encoder-decoder was built for translation, but it is not the only family that can do it.",
+                patch(TRANSLATE_REF, "DECODER_ONLY: True", "DECODER_ONLY: False")),
+        Mistake("encoder_can", "an encoder-only model reads and labels its input; on its own it writes no new "
+                "sequence, so it cannot translate.",
+                patch(TRANSLATE_REF, "ENCODER_ONLY: False", "ENCODER_ONLY: True")),
+        Mistake("encdec_cannot", "the encoder-decoder is the family translation was invented for (the original "
+                "Transformer): an encoder reads the English, a decoder writes the French.",
+                patch(TRANSLATE_REF, "ENCODER_DECODER: True", "ENCODER_DECODER: False")),
+    ],
+    variants=[
+        Variant("comprehension", "can_translate = {f: f != ENCODER_ONLY for f in (ENCODER_ONLY, DECODER_ONLY, "
+                "ENCODER_DECODER)}"),
+        Variant("strings", "can_translate = {'decoder-only': True, 'encoder-decoder': True, 'encoder-only': False}"),
+    ],
+    cases=[Case("value", "which of the three families can translate", kind="value", api="any",
+                hint="For each family ask: can it write a new sequence at all, and can the task be written as a "
+                     "text to continue?",
+                mistake_values={"only_encdec": (
+                    "decoder-only models translate too: a prompt such as 'English: ... French:' makes the "
+                    "translation a continuation. The encoder-decoder was built for translation, but it is not "
+                    "the only family that can do it.", _DEC_FALSE)})],
+)
+
+# ---------------------------------------------------------------- predict, then measure: a block's parameters
+PARAMS_REF = CELLS["block_params"]
+_ATTN, _FFN, _LNS = 4 * (768 * 768 + 768), 768 * 3072 + 3072 + 3072 * 768 + 768, 2 * 2 * 768
+
+BLOCK_PARAMS = Exercise(
+    name="block_params",
+    cell="block_params",
+    reference=PARAMS_REF,
+    mistakes=[
+        Mistake("no_layernorm", "the two LayerNorms are missing: each nn.LayerNorm(d_model) learns a scale and a "
+                "shift of d_model values.", f"block_params = {_ATTN} + {_FFN}"),
+        Mistake("ln_scale_only", "each LayerNorm is counted with one vector: it learns a scale AND a shift "
+                "(2 · d_model values each).", f"block_params = {_ATTN} + {_FFN} + 2 * 768"),
+        Mistake("no_bias", "the biases are missing: every nn.Linear (the four projections and both FFN layers) "
+                "also has one bias per output feature.",
+                f"block_params = 4 * 768 * 768 + 2 * 768 * 3072 + {_LNS}"),
+        Mistake("d_ff_equal", "the FFN is counted as d_model wide inside: d_ff defaults to 4 · d_model = 3072.",
+                f"block_params = {_ATTN} + 2 * 768 * 768 + 768 + 768 + {_LNS}"),
+    ],
+    variants=[Variant("sum", f"block_params = {_ATTN} + {_FFN} + {_LNS}"), Variant("literal", "block_params = 7087872")],
+    cases=[Case("value", "the parameter count of TransformerBlock(d_model=768, n_heads=12)", kind="value",
+                api="any", atol=0.5,
+                hint="Count sub-module by sub-module: attention = 4 · (768·768 + 768) (section 04), "
+                     "FFN = 768·3072 + 3072 + 3072·768 + 768 (section 1), and two LayerNorms of 2 · 768 each.",
+                mistake_values={
+                    "attention_only": ("only the attention layer is counted: the FFN (about two thirds of the "
+                                       "block) and the two LayerNorms belong to the block too.", _ATTN),
+                    "ffn_only": ("only the feed-forward network is counted: add the attention layer's four "
+                                 "projections and the two LayerNorms.", _FFN),
+                    "times_heads": ("the attention is counted once per head: the heads share the four "
+                                    "d_model × d_model projections.", 12 * _ATTN + _FFN + _LNS),
+                })],
+)
+
+# ---------------------------------------------------------------- find the bug: RMSNorm
+RMS_REF = CELLS["rms_norm"]
+
+RMS = Exercise(
+    name="rms_norm",
+    cell="rms_norm",
+    reference=RMS_REF,
+    handout="wrong_axis",
+    mistakes=[
+        Mistake("wrong_axis", "the mean square is taken over the wrong axis (the tokens, dim=-2): each token is "
+                "normalised over its own features, the last axis (dim=-1), so that other tokens cannot change it.",
+                patch(RMS_REF, "ms = x.pow(2).mean(dim=-1, keepdim=True)          # (..., 1): mean square",
+                      "ms = x.pow(2).mean(dim=-2, keepdim=True)          # (..., 1, D): mean square")),
+        Mistake("centred", "the mean is subtracted: that is LayerNorm. RMSNorm divides x itself by its root mean "
+                "square, with no centring.",
+                patch(RMS_REF, "return x * torch.rsqrt", "return (x - x.mean(dim=-1, keepdim=True)) * torch.rsqrt")),
+        Mistake("no_weight", "the learned scale is missing: multiply the normalised vector by weight.",
+                patch(RMS_REF, "torch.rsqrt(ms + eps) * weight", "torch.rsqrt(ms + eps)")),
+        Mistake("eps_outside", "ε is added after the square root; it belongs inside: 1 / sqrt(mean square + eps).",
+                patch(RMS_REF, "torch.rsqrt(ms + eps)", "1 / (ms.sqrt() + eps)")),
+    ],
+    variants=[
+        Variant("functional", """
+def rms_norm(x, weight, eps=1e-6):
+    return F.rms_norm(x, x.shape[-1:], weight, eps)
+"""),
+        Variant("sqrt", """
+def rms_norm(x, weight, eps=1e-6):
+    rms = torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+    return weight * (x / rms)
+"""),
+    ],
+    cases=[
+        Case("batched", "a (2, 5, 8) batch and a learned weight",
+             args=lambda g: (3 * torch.randn(2, 5, 8, generator=g) + 1, 1 + 0.3 * torch.randn(8, generator=g)), seed=21),
+        Case("eps", "eps=0.1 on small values, (4, 3, 6)",
+             args=lambda g: (0.2 * torch.randn(4, 3, 6, generator=g), 1 + 0.3 * torch.randn(6, generator=g)),
+             kwargs={"eps": 0.1}, seed=22),
+        Case("float64", "float64, (3, 4, 16)", dtype="float64",
+             args=lambda g: (torch.randn(3, 4, 16, generator=g), 1 + 0.3 * torch.randn(16, generator=g)), seed=23),
+        Case("bfloat16", "bfloat16, (2, 3, 8)", dtype="bfloat16",
+             args=lambda g: (torch.randn(2, 3, 8, generator=g), 1 + 0.3 * torch.randn(8, generator=g)), seed=24),
+        Case("best_device", "on the best device (CUDA when present)", device="best",
+             args=lambda g: (torch.randn(2, 4, 8, generator=g), 1 + 0.3 * torch.randn(8, generator=g)), seed=25),
+        Case("meta", "on the meta device", device="meta",
+             args=lambda g: (torch.randn(2, 4, 8, generator=g), torch.ones(8))),
+    ],
+)
+
+SECTION = Section("06_transformer_block", [LN, BLOCK, BLOCK_PARAMS, CROSS, FAMILY, CAN_TRANSLATE, RMS])

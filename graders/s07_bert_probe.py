@@ -1,8 +1,8 @@
 """Hidden cases for section 07: probing a BERT-family model's attention.
 
-Every exercise has the same number of mistakes (5) and variants (1): the nbgrader gate
-injects the k-th mistake of every exercise at once and leaves an exercise without a k-th
-mistake as the release stub, which would then lose marks.
+The nbgrader gate injects the k-th mistake of every exercise at once; an exercise without a
+k-th mistake keeps its correct solution in that round, so exercises may have different numbers
+of mistakes and variants.
 
 Every model-dependent reference output is computed on the SHIPPED all-MiniLM-L6-v2,
 whatever model the notebook's teaching cells chose, and in float64: a float64
@@ -312,4 +312,94 @@ SPECIAL_TOKEN_SHARE = Exercise(
     ],
 )
 
-SECTION = Section("07_bert_probe", [ATTENTION_MAPS, STRONGEST_HEAD, SPECIAL_TOKEN_SHARE])
+
+# ---------------------------------------------------------------------------------------------
+# predict, then measure: the memory of all attention maps at T = 512
+# ---------------------------------------------------------------------------------------------
+MIB_REF = CELLS["attn_mib"]
+
+ATTN_MIB = Exercise(
+    name="predicted_attn_mib",
+    cell="attn_mib",
+    reference=MIB_REF,
+    mistakes=[
+        Mistake("one_layer", "only one layer is counted: every one of the 6 layers keeps its own maps.",
+                patch(MIB_REF, "6 * 12 * 512", "12 * 512")),
+        Mistake("no_heads", "one map per layer is counted: every one of the 12 heads has its own T x T map.",
+                patch(MIB_REF, "6 * 12 * 512", "6 * 512")),
+        Mistake("linear_in_t", "the maps are counted as T numbers each: an attention map is T x T (every query "
+                "has a weight for every key), so memory grows with T².",
+                patch(MIB_REF, "512 * 512", "512")),
+        Mistake("float64", "float32 numbers take 4 bytes, not 8.", patch(MIB_REF, "* 4 /", "* 8 /")),
+    ],
+    variants=[Variant("literal", "predicted_attn_mib = 72"),
+              Variant("bytes", "n_numbers = 6 * 12 * 512 ** 2\npredicted_attn_mib = n_numbers * 4 / 1024 / 1024")],
+    cases=[Case("value", "the MiB of all attention maps of the shipped MiniLM at T = 512, float32", kind="value",
+                api="any", atol=0.5,
+                hint="6 layers x 12 heads x 512 x 512 weights, 4 bytes each: 75,497,472 bytes, divided by 2^20.",
+                mistake_values={
+                    "bytes": ("that is the number of bytes: the answer is in MiB (divide by 2^20).",
+                              6 * 12 * 512 * 512 * 4),
+                    "megabytes": ("that is in MB (10^6 bytes): 1 MiB is 2^20 = 1,048,576 bytes.",
+                                  6 * 12 * 512 * 512 * 4 / 1e6),
+                    "numbers": ("that counts the weights, not bytes: each float32 weight takes 4 bytes.",
+                                6 * 12 * 512 * 512 / 2 ** 20),
+                })],
+)
+
+# ---------------------------------------------------------------------------------------------
+# find the bug: received_attention
+# ---------------------------------------------------------------------------------------------
+RA_REF = CELLS["received_attention"]
+
+RA_EINSUM = '''
+def received_attention(attn, tokens):
+    w = torch.tensor([0.0 if t in ("[CLS]", "[SEP]") else 1.0 for t in tokens], dtype=attn.dtype, device=attn.device)
+    return torch.einsum("lhqk,q->lk", attn, w / w.sum()) / attn.shape[1]
+'''
+
+RA_LOOP = '''
+def received_attention(attn, tokens):
+    keep = [i for i, t in enumerate(tokens) if t not in {"[CLS]", "[SEP]"}]
+    per_head = torch.stack([attn[:, :, i, :] for i in keep]).mean(dim=0)    # (L, H, T)
+    return per_head.mean(dim=1)
+'''
+
+RECEIVED = Exercise(
+    name="received_attention",
+    cell="received_attention",
+    reference=RA_REF,
+    handout="wrong_axis",
+    mistakes=[
+        Mistake("wrong_axis", "the average runs over the wrong axis: attention RECEIVED by key position j is its "
+                "column attn[l, h, :, j], so average over the query axis (dim=2, the rows) of the word queries, "
+                "not over the keys of each query's row.",
+                patch(RA_REF, "from_words = attn[:, :, words, :]                  # (L, H, n_words, T)",
+                      "from_words = attn[:, :, :, words]                  # (L, H, T, n_words)",
+                      "from_words.mean(dim=2)", "from_words.mean(dim=3)")),
+        Mistake("specials_kept", "the [CLS] and [SEP] queries are averaged in: leave out the special tokens' rows "
+                "and average over the word queries only.",
+                patch(RA_REF, "[t not in (\"[CLS]\", \"[SEP]\") for t in tokens]", "[True for t in tokens]")),
+        Mistake("sep_kept", "the [SEP] queries are averaged in: leave out every special token's row, [SEP] "
+                "(there may be two) as well as [CLS].",
+                patch(RA_REF, "[t not in (\"[CLS]\", \"[SEP]\") for t in tokens]", "[t != \"[CLS]\" for t in tokens]")),
+        Mistake("heads_summed", "the heads are summed: average over the H heads as well as over the word queries.",
+                patch(RA_REF, "from_words.mean(dim=2).mean(dim=1)", "from_words.mean(dim=2).sum(dim=1)")),
+    ],
+    variants=[Variant("einsum", RA_EINSUM), Variant("loop", RA_LOOP)],
+    cases=[
+        Case("shipped", "the shipped model's attention on an unseen sentence",
+             args=lambda g: list(_shipped_attention(HIDDEN_A)), labels=["received"]),
+        Case("pair", "the shipped model's attention on an unseen sentence pair (two [SEP])",
+             args=_pair_attention, labels=["received"]),
+        Case("random", "a random 3-layer, 4-head attention tensor over a short sentence pair",
+             args=lambda g: [_random_attention(g, 3, 4, 11, sharp=1.5), _toy_pair_tokens()],
+             labels=["received"], seed=31),
+        Case("float64", "a random float64 attention tensor", dtype="float64",
+             args=lambda g: [_random_attention(g, 2, 5, 9), _toy_tokens()], labels=["received"], seed=32),
+        Case("best_device", "a random attention tensor on the best device (CUDA when present)", device="best",
+             args=lambda g: [_random_attention(g, 2, 3, 11), _toy_pair_tokens()], labels=["received"], seed=33),
+    ],
+)
+
+SECTION = Section("07_bert_probe", [ATTENTION_MAPS, ATTN_MIB, STRONGEST_HEAD, SPECIAL_TOKEN_SHARE, RECEIVED])
