@@ -1,7 +1,11 @@
 """Section 09: the shipped corpus, the split the notebook makes, and the given GPT's contracts."""
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -117,11 +121,57 @@ def test_generate_stops_restores_mode_and_runs_past_max_len():
     assert torch.equal(greedy, ids)
 
 
-def test_top_k_and_top_p_of_the_given_sampler():
+def test_top_k_and_the_filter_hook_of_the_given_sampler():
     from attncourse.teach.gpt import GPT
 
     logits = torch.log(torch.tensor([[0.1, 0.5, 0.05, 0.3, 0.05]]))
-    draws = torch.stack([GPT.choose(logits, top_p=0.7, generator=torch.Generator().manual_seed(s)) for s in range(50)])
-    assert set(draws.flatten().tolist()) <= {1, 3}
+    draws = torch.stack([GPT.choose(logits, top_k=2, generator=torch.Generator().manual_seed(s)) for s in range(50)])
+    assert set(draws.flatten().tolist()) == {1, 3}
     draws = torch.stack([GPT.choose(logits, top_k=1, generator=torch.Generator().manual_seed(s)) for s in range(20)])
     assert set(draws.flatten().tolist()) == {1}
+    seen = []
+
+    def only_token_4(z):                                   # a filter gets the temperature-scaled logits (B, V)
+        seen.append(z.clone())
+        return torch.full_like(z, float("-inf")).index_fill(-1, torch.tensor([4]), 0.0)
+
+    assert GPT.choose(logits, temperature=2.0, filter=only_token_4).tolist() == [4]
+    assert torch.allclose(seen[0], logits / 2.0)
+    assert GPT.choose(logits, temperature=0, filter=only_token_4).tolist() == [1]   # greedy: no filter
+    torch.manual_seed(0)
+    model = GPT(10, d_model=16, n_heads=2, n_layers=1, max_len=8)
+    out = model.generate(torch.tensor([[1, 2]]), 5, filter=only_token_4)
+    assert out[0, 2:].tolist() == [4] * 5
+
+
+_TOP_P = re.compile(r"top_?p|nucleus", re.I)
+
+
+def test_the_course_package_does_not_implement_top_p():
+    """Section 09's graded exercise is top-p filtering: the installed package must not hand it out (GPT.choose and
+    GPT.generate once took a ``top_p`` argument).  No function of attncourse, in any .py file, has a parameter or
+    a name, nor defines a function or variable, that spells top-p or nucleus."""
+    import attncourse
+    from attncourse.teach.gpt import GPT
+
+    for fn in (GPT.choose, GPT.generate):
+        assert not any(_TOP_P.search(name) for name in inspect.signature(fn).parameters), fn
+    found = []
+    package = Path(attncourse.__file__).resolve().parent
+    files = sorted(package.rglob("*.py"))
+    assert any(f.name == "gpt.py" for f in files)
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            if isinstance(node, ast.arg):
+                names.append(node.arg)
+            if isinstance(node, ast.Name):
+                names.append(node.id)
+            if isinstance(node, ast.Attribute):
+                names.append(node.attr)
+            if isinstance(node, ast.keyword) and node.arg:
+                names.append(node.arg)
+            found += [f"{path.relative_to(package)}:{node.lineno} {n}" for n in names if _TOP_P.search(n)]
+    assert not found, f"attncourse implements top-p, the answer of section 09's exercise: {found}"

@@ -8,7 +8,9 @@
   and an output head that shares the embedding's weight matrix (weight tying).
   ``forward(idx, cache=None, use_cache=False)`` returns the logits ``(B, T, vocab_size)``, and with a cache
   (given, or asked for) also the new cache: one ``(keys, values)`` pair per block, each ``(B, h, T_seen, d_head)``.
-  ``generate(idx, n_new, temperature, top_k, top_p, stop, generator)`` samples with the cache.
+  ``generate(idx, n_new, temperature, top_k, stop, generator, filter)`` samples with the cache; ``filter``, a
+  function logits (B, V) -> logits (B, V), is applied to the temperature-scaled (and top-k cut) logits before
+  the draw: section 09 passes the student's own top-p filter there (this package does not implement top-p).
 
 Written independently of the graded answers of sections 04–06 (separate Q, K, V projections, complex-number
 RoPE, PyTorch's fused attention with an explicit mask when a cache is present).
@@ -131,35 +133,36 @@ class GPT(nn.Module):
         return (logits, new) if (use_cache or cache is not None) else logits
 
     @staticmethod
-    def choose(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
-        """One token id per row of ``logits`` (B, V): greedy at temperature 0, else a draw after the filters."""
+    def choose(logits, temperature=1.0, top_k=None, generator=None, filter=None):
+        """One token id per row of ``logits`` (B, V): greedy at temperature 0, else a draw from the softmax of
+        ``logits / temperature`` restricted to the ``top_k`` largest, after ``filter`` (a function (B, V) -> (B, V))."""
         if temperature == 0:
             return logits.argmax(dim=-1)
-        z = logits.float() / temperature
-        if top_k is not None:
-            z = z.masked_fill(z < z.topk(min(top_k, z.shape[-1]), dim=-1).values[..., -1:], float("-inf"))
-        if top_p is not None:   # drop the least likely tokens whose total probability stays within 1 - top_p
-            low, order = z.softmax(dim=-1).sort(dim=-1)                     # ascending
-            drop = (low.cumsum(dim=-1) <= 1 - top_p).scatter(-1, order, low.cumsum(dim=-1) <= 1 - top_p)
-            z = z.masked_fill(drop, float("-inf"))
+        z = logits.float() / temperature                                    # (B, V)
+        if top_k is not None:   # keep the top_k largest of each row: the others are masked by their indices
+            best = z.topk(min(top_k, z.shape[-1]), dim=-1).indices          # (B, k)
+            keep = torch.zeros_like(z, dtype=torch.bool).scatter(-1, best, True)
+            z = torch.where(keep, z, float("-inf"))
+        if filter is not None:
+            z = filter(z)                                                   # (B, V), e.g. a top-p filter
         return torch.multinomial(z.softmax(dim=-1), 1, generator=generator).squeeze(-1)
 
     @torch.no_grad()
-    def generate(self, idx, n_new, temperature=1.0, top_k=None, top_p=None, stop=None, generator=None, pick=None):
+    def generate(self, idx, n_new, temperature=1.0, top_k=None, stop=None, generator=None, filter=None):
         """Append up to ``n_new`` tokens to ``idx`` (B, T0), reading each new token with the KV cache.
 
+        ``temperature``, ``top_k``, ``filter``: as in :meth:`choose` (``filter`` maps the scaled logits (B, V) to
+        logits (B, V) before the draw; it is not called at temperature 0).
         ``stop``: a token id; generation ends once every row has produced it (a finished row repeats it).
-        ``pick``: a function logits (B, V) -> ids (B,) to use instead of the built-in sampler.
         Returns (B, T0 + n) with n <= n_new.  The model is put in eval mode and left as it was.
         """
         was_training = self.training
         self.eval()
-        pick = pick or (lambda z: self.choose(z, temperature, top_k, top_p, generator))
         ids = idx[:, -self.max_len:]
         logits, cache = self(ids, use_cache=True)
         out, done = [idx], torch.zeros(idx.shape[0], dtype=torch.bool, device=idx.device)
         for _ in range(n_new):
-            nxt = pick(logits[:, -1])                                       # (B,)
+            nxt = self.choose(logits[:, -1], temperature, top_k, generator, filter)   # (B,)
             if stop is not None:
                 nxt = torch.where(done, torch.full_like(nxt, stop), nxt)
                 done = done | (nxt == stop)
