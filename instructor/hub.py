@@ -396,11 +396,29 @@ class Hub:
             except ProcessLookupError:
                 pass
         if self.proc is not None:
-            try:  # the proxy runs in the hub's process group; make sure nothing of that group outlives it
+            try:  # anything of the hub's process group that outlived it
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        self._stop_proxy()
         return kill_user_processes([self.settings["instructor"], *self.settings["students"]])
+
+    def _stop_proxy(self):
+        """The proxy runs in a session of its own: the hub stops it when it exits cleanly; if it did not, stop it
+        here (by its pid file, and only if that process is still this hub's configurable-http-proxy)."""
+        import psutil
+
+        pid_file = Path(self.settings["state"]) / "proxy.pid"
+        try:
+            proc = psutil.Process(int(pid_file.read_text().strip()))
+            if "configurable-http-proxy" in " ".join(proc.cmdline()) and f"{self.settings['port']}" in proc.cmdline():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except psutil.TimeoutExpired:
+                    proc.kill()
+        except (OSError, ValueError, psutil.Error):
+            pass
 
 
 def main(argv=None) -> int:

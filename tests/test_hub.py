@@ -470,6 +470,8 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             flat, said = " ".join(text.split()), " ".join(named.split())   # the page wraps long lines
             if student == hub.students[1]:
                 assert f"Most likely cause: {said}" in flat, (said, text[:4000])
+                frame.get_by_text("Most likely cause").first.scroll_into_view_if_needed()
+                shot(page, test, f"3{n}-student{n}-feedback-mistake")
             else:
                 assert said not in flat
         print(f"feedback read after {time.time() - t0:.0f} s")
