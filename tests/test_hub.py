@@ -58,7 +58,8 @@ def _mistake():
     from graders.s02_qkv_by_hand import SDPA
 
     m = next(m for m in SDPA.mistakes if m.key == MISTAKE)
-    return m.code, (m.shows or m.message)
+    code = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", "", m.code, flags=re.M)   # as a student types it
+    return code, (m.shows or m.message)
 
 
 def why_no_hub() -> str | None:
