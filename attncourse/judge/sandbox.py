@@ -131,6 +131,8 @@ def _system_ro_paths():
 
     # (editable installs point a .pth at the course checkout: only the package folder is bound, below)
     paths += site.getsitepackages()
+    # site-packages folders a .pth put on the path (./course hub's shared venv adds the course venv's this way)
+    paths += [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")]
     return [p for p in dict.fromkeys(paths) if os.path.exists(p)]
 
 

@@ -1,0 +1,82 @@
+"""Grades for an LMS gradebook: Canvas's grades-import CSV, through nbgrader's export plugin mechanism.
+
+    ./course export [--to grades-canvas.csv] [--section "Fall 2026"] [--assignment 02_qkv_by_hand ...]
+    nbgrader export --exporter instructor.export.CanvasExportPlugin --to grades-canvas.csv   (python -m nbgrader,
+        from the course folder, so that ``instructor`` is importable)
+
+The file has Canvas's gradebook layout: ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per
+course section (nbgrader assignment) in order, and the "Points Possible" row Canvas writes under the header.
+``Student`` is "Last, First" (the login when the gradebook has no name), ``SIS Login ID`` is the nbgrader student id
+(the JupyterHub login), ``SIS User ID`` the student's ``lms_user_id`` when the gradebook has one, ``ID`` (Canvas's
+own number) is left empty: Canvas matches a row by any of the three. A score is nbgrader's total less the late
+penalty; a section a student did not submit scores 0 (``--CanvasExportPlugin.missing=""`` leaves it blank, which
+Canvas reads as "no change"). Import it in Canvas: Grades ▸ Import.
+"""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.plugins import ExportPlugin
+from traitlets import Unicode
+
+HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def _num(x: float) -> str:
+    x = round(float(x), 2)
+    return f"{x:g}"
+
+
+class CanvasExportPlugin(ExportPlugin):
+    """Canvas's gradebook CSV: one row per student, one column per assignment, a Points Possible row."""
+
+    section = Unicode("", help="the Canvas course section every student is in (the Section column)").tag(config=True)
+    missing = Unicode("0", help="what a missing submission scores in the file ('' leaves it blank)").tag(config=True)
+
+    def rows(self, gradebook: Gradebook) -> list[list[str]]:
+        assignments = [a for a in sorted(gradebook.assignments, key=lambda a: a.name)
+                       if not self.assignment or a.name in [str(x) for x in self.assignment]]
+        students = [s for s in sorted(gradebook.students, key=lambda s: s.id)
+                    if not self.student or s.id in [str(x) for x in self.student]]
+        out = [HEADER + [a.name for a in assignments],
+               ["    Points Possible", "", "", "", ""] + [_num(a.max_score) for a in assignments]]
+        for s in students:
+            name = ", ".join(p for p in (s.last_name, s.first_name) if p) or s.id
+            row = [name, "", s.lms_user_id or "", s.id, self.section]
+            for a in assignments:
+                try:
+                    sub = gradebook.find_submission(a.name, s.id)
+                except MissingEntry:
+                    row.append(self.missing)
+                    continue
+                row.append(_num(max(0.0, sub.score - (sub.late_submission_penalty or 0.0))))
+            out.append(row)
+        return out
+
+    def export(self, gradebook: Gradebook) -> None:
+        dest = self.to or "grades-canvas.csv"
+        rows = self.rows(gradebook)
+        with open(dest, "w", newline="", encoding="utf-8") as fh:
+            csv.writer(fh).writerows(rows)
+        self.log.info("Wrote %d students x %d sections in Canvas's gradebook layout to %s",
+                      len(rows) - 2, len(rows[0]) - len(HEADER), dest)
+
+
+def main(argv=None) -> int:
+    """``./course export [--to FILE] [--section NAME] [nbgrader export options]``, run in the course folder."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="./course export", description=__doc__.split("\n")[0])
+    ap.add_argument("--to", default="grades-canvas.csv", help="the CSV file (default grades-canvas.csv)")
+    ap.add_argument("--section", default="", help="the Canvas course section (the Section column)")
+    args, rest = ap.parse_known_args(argv)
+    cmd = [sys.executable, "-m", "nbgrader", "export", "--exporter", "instructor.export.CanvasExportPlugin",
+           f"--to={args.to}", f"--CanvasExportPlugin.section={args.section}", *rest]
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,473 @@
+"""./course hub: the course on a one-machine JupyterHub with real Unix users (run as root).
+
+    ./course hub [--students N] [--instructor NAME] [--student-prefix PREFIX] [--dir /srv/attncourse-hub]
+                 [--ip 127.0.0.1] [--port 8000]
+
+What it sets up (deploy/README.md is the instructor's page):
+
+* Unix users: the instructor and ``PREFIX1`` … ``PREFIXN``, created with ``useradd`` when missing; every
+  account gets a fresh random password, printed once (PAM checks it at the hub's login page).
+* ``DIR/exchange``: nbgrader's exchange, mode 0777 as nbgrader documents (nbgrader itself makes the
+  course's ``inbound`` write-only for students and ``outbound`` read-only).
+* ``DIR/venv``: the Python every user's server and kernels run: a view of this checkout's ``.venv`` (its
+  packages, read in place; its console scripts) on its own interpreter (copied to ``DIR/python`` when it
+  lives where only root can enter, as pyenv's under /root), with its own copy of the ``attncourse`` package (what students install anyway: no solutions, no
+  reference data). The checkout's ``.venv`` must be readable by all.
+* ``DIR/etc/student`` and ``DIR/etc/instructor``: each role's Jupyter config folder
+  (``JUPYTER_CONFIG_PATH``): students get nbgrader's Assignments panel and Validate, not formgrader or
+  the Create Assignment toolbar; the instructor gets formgrader on their course folder.
+* ``~INSTRUCTOR/attention-transformers``: the instructor's course folder, a copy of this checkout
+  (without ``.venv``, ``.git`` and ``attncourse/``; ``.venv`` links to ``DIR/venv``), owned by the instructor, mode
+  0700: students cannot read ``source/``, ``graders/``, ``submitted/``, ``autograded/`` or the gradebook.
+  An existing folder is kept as it is (it holds the gradebook).
+* This checkout holds the solutions too: its entries but ``.venv`` are closed to other users
+  (``chmod o-rwx``); the checkout itself keeps ``o+x`` so that the venv stays reachable.
+
+Then it runs JupyterHub (``deploy/jupyterhub_config.py``, PAM logins, local single-user servers) with
+the proxy ``configurable-http-proxy`` from ``deploy/node_modules`` (``npm ci --prefix deploy``) until
+Ctrl-C, and then stops the hub, the proxy, every single-user server and every kernel of the hub's users.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+DEFAULT_DIR = Path("/srv/attncourse-hub")
+COURSE_FOLDER = "attention-transformers"
+# what the instructor's course copy leaves out (rebuilt or per-machine), and what it never copies
+COPY_IGNORE = (".venv", "attncourse", ".git", "__pycache__", "*.pyc", ".pytest_cache", "node_modules", "artifacts", "*.egg-info",
+               "submitted", "autograded", "feedback", "gradebook.db", "gradebook.db-journal", ".classgrade", "reports",
+               ".ipynb_checkpoints")
+# the lab plugins a student does not need: formgrader, the Create Assignment toolbar, the course list
+STUDENT_LAB_OFF = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                   "@jupyter/nbgrader:course-list"]
+STUDENT_SERVER_OFF = ["nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"]
+
+
+class HubError(Exception):
+    """Why the hub cannot run here: one line for the user."""
+
+
+def course_id(root: Path = ROOT) -> str:
+    m = re.search(r'CourseDirectory\.course_id\s*=\s*"([^"]+)"', (root / "nbgrader_config.py").read_text())
+    if not m:
+        raise HubError("nbgrader_config.py sets no CourseDirectory.course_id")
+    return m.group(1)
+
+
+def proxy_command() -> str | None:
+    local = DEPLOY / "node_modules" / ".bin" / "configurable-http-proxy"
+    if os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("configurable-http-proxy")
+
+
+def why_not() -> str | None:
+    """None where the hub can run here, else what is missing (one line)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "needs root (it creates Unix users and runs their servers): run it with sudo"
+    for tool in ("useradd", "chpasswd", "userdel"):
+        if not shutil.which(tool):
+            return f"no {tool} on PATH (the passwd package)"
+    try:
+        import jupyterhub  # noqa: F401
+        import pamela  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed in {sys.prefix} (./course setup installs requirements.txt)"
+    if proxy_command() is None:
+        if not shutil.which("npm"):
+            return "no configurable-http-proxy and no npm to install it (apt-get install npm; then npm ci --prefix deploy)"
+        return "configurable-http-proxy is not installed: run npm ci --prefix deploy"
+    try:
+        proc = subprocess.run([proxy_command(), "--version"], capture_output=True, text=True, timeout=60)
+        broken = proc.returncode != 0 and (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        broken = [str(exc)]
+    if broken:
+        return f"configurable-http-proxy cannot run here (it needs Node.js 20 or newer): {broken[0][:200]}"
+    venv = Path(sys.prefix)
+    for p in [venv, *venv.parents]:
+        mode = p.stat().st_mode
+        if not mode & stat.S_IXOTH or (p == venv and not mode & stat.S_IROTH):
+            return f"{p} is not readable by other users, and every user's server runs from {venv}: chmod o+rx it"
+    return None
+
+
+# -- users -----------------------------------------------------------------------------------------
+def ensure_user(name: str, home_base: str | None = None) -> str:
+    """Create the Unix user ``name`` if missing; give it a fresh random password; return the password."""
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        cmd = ["useradd", "--create-home", "--shell", "/bin/bash", "--user-group"]
+        if home_base:
+            cmd += ["--base-dir", home_base]
+        subprocess.run(cmd + [name], check=True, capture_output=True, text=True)
+    password = secrets.token_urlsafe(12)
+    subprocess.run(["chpasswd"], input=f"{name}:{password}\n", check=True, capture_output=True, text=True)
+    home = Path(pwd.getpwnam(name).pw_dir)
+    home.chmod(0o700)  # nobody else reads a user's files (their fetched and submitted work)
+    return password
+
+
+def remove_user(name: str):
+    """Stop every process of ``name`` and remove the user and its home (used by the tests' throw-away users)."""
+    kill_user_processes({name})
+    subprocess.run(["userdel", "--remove", "--force", name], capture_output=True, text=True)
+
+
+def kill_user_processes(names) -> int:
+    """SIGTERM, then SIGKILL, every process owned by one of the users ``names``; return how many there were."""
+    import psutil
+
+    uids = set()
+    for n in names:
+        try:
+            uids.add(pwd.getpwnam(n).pw_uid)
+        except KeyError:
+            pass
+    if not uids or 0 in uids:
+        return 0
+
+    def procs():
+        out = []
+        for p in psutil.process_iter(["uids"]):
+            try:
+                if p.info["uids"] and p.info["uids"].real in uids:
+                    out.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return out
+
+    found = procs()
+    for p in found:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(found, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=5)
+    return len(found)
+
+
+def _chown_tree(path: Path, user: str):
+    pw = pwd.getpwnam(user)
+    for dirpath, dirnames, filenames in os.walk(path):
+        os.lchown(dirpath, pw.pw_uid, pw.pw_gid)
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), pw.pw_uid, pw.pw_gid)
+
+
+def _write(path: Path, text: str, mode: int = 0o644):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def close_checkout(root: Path = ROOT) -> list[str]:
+    """chmod o-rwx every entry of the checkout but .venv (it holds the solutions); the checkout keeps o+x."""
+    closed = []
+    for entry in sorted(root.iterdir()):
+        if entry.name == ".venv" or entry.is_symlink():
+            continue
+        mode = entry.stat().st_mode
+        if mode & 0o007:
+            entry.chmod(stat.S_IMODE(mode) & ~0o007)
+            closed.append(entry.name)
+    mode = root.stat().st_mode
+    root.chmod((stat.S_IMODE(mode) & ~0o006) | 0o001)
+    return closed
+
+
+# -- a Python every user can run ----------------------------------------------------------------------
+def _others_can_run(path: str) -> bool:
+    """Whether a user other than the owner can execute ``path`` (every folder above it searchable)."""
+    real = Path(os.path.realpath(path))
+    if not real.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
+
+
+def base_python(dest: Path) -> tuple[str, str | None]:
+    """(an interpreter of exactly this venv's Python that every user can run, the library folder it needs or None).
+
+    The venv's own interpreter when every user can run it (a system Python); otherwise (pyenv's under /root, a
+    folder only root can enter) a copy of it in ``dest``: the binary, its ``libpython`` and the standard library
+    without ``site-packages`` and ``test`` (about 100 MB). A copy, not another build of the same minor version:
+    patch releases differ in ways packages notice (soupsieve under Debian's 3.11.2 fails nbgrader's feedback).
+    """
+    own = os.path.realpath(sys.executable)
+    if _others_can_run(own):
+        return own, None
+    base = Path(sys.base_prefix)
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "bin").mkdir(parents=True)
+    shutil.copy2(own, dest / "bin" / ver)
+    (dest / "lib").mkdir()
+    for lib in (base / "lib").glob("libpython*.so*"):
+        shutil.copy2(lib, dest / "lib" / lib.name, follow_symlinks=True)
+    shutil.copytree(base / "lib" / ver, dest / "lib" / ver, symlinks=True,
+                    ignore=shutil.ignore_patterns("site-packages", "test", "idlelib", "tkinter", "turtledemo"))
+    (dest / "lib" / ver / "site-packages").mkdir()
+    for dirpath, dirnames, filenames in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+    return str(dest / "bin" / ver), (str(dest / "lib") if any((dest / "lib").glob("libpython*")) else None)
+
+
+def shared_venv(dest: Path, python: str) -> Path:
+    """A view of this checkout's .venv that every user can run: ``dest/bin/python`` is ``python`` (from
+    :func:`base_python`), ``dest/lib/pythonX.Y/site-packages`` reads the venv's packages in place, ``share`` and
+    ``etc`` are links to the venv's, and its console scripts are copies whose first line names ``dest/bin/python``.
+    """
+    venv = Path(sys.prefix)
+    ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    if dest.exists():
+        shutil.rmtree(dest)
+    (dest / "bin").mkdir(parents=True)
+    site = dest / "lib" / ver / "site-packages"
+    site.mkdir(parents=True)
+    # the course venv's packages, without its .pth files (the editable attncourse points into this checkout) ...
+    (site / "attncourse-hub.pth").write_text(f"{venv / 'lib' / ver / 'site-packages'}\n")
+    # ... and the attncourse package itself, a copy every user can read (no solutions, no reference data in it)
+    shutil.copytree(ROOT / "attncourse", site / "attncourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("share", "etc"):
+        if (venv / name).exists():
+            (dest / name).symlink_to(venv / name)
+    (dest / "bin" / "python").symlink_to(python)
+    for alias in ("python3", ver):
+        (dest / "bin" / alias).symlink_to("python")
+    (dest / "pyvenv.cfg").write_text(f"home = {os.path.dirname(python)}\ninclude-system-site-packages = false\n"
+                                     f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")
+    shebang = f"#!{venv}/bin/python".encode()
+    for script in (venv / "bin").iterdir():
+        if script.name.startswith("python") or script.is_symlink() or not script.is_file():
+            continue
+        data = script.read_bytes()
+        first, _, rest = data.partition(b"\n")
+        if re.fullmatch(rb"#!" + re.escape(str(venv).encode()) + rb"/bin/python[0-9.]*", first):
+            out = dest / "bin" / script.name
+            out.write_bytes(f"#!{dest}/bin/python".encode() + b"\n" + rest)
+            out.chmod(0o755)
+    (dest / ".installed").touch()   # ./course in the instructor's copy: nothing to install
+    for dirpath, dirnames, filenames in os.walk(dest):
+        os.chmod(dirpath, 0o755)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+    return dest
+
+
+# -- the hub's folder ------------------------------------------------------------------------------
+def prepare(hubdir: Path, instructor: str, students: list[str], ip: str = "127.0.0.1", port: int = 8000,
+            home_base: str | None = None) -> dict:
+    """Users, exchange, package copy, per-role config and the instructor's course; returns {user: password}."""
+    hubdir = Path(hubdir)
+    passwords = {name: ensure_user(name, home_base) for name in [instructor, *students]}
+    hubdir.mkdir(parents=True, exist_ok=True)
+    hubdir.chmod(0o755)
+    cid = course_id()
+    exchange = hubdir / "exchange"
+    exchange.mkdir(exist_ok=True)
+    exchange.chmod(0o777)  # nbgrader's documented set-up: everyone reads and writes the exchange root
+
+    python, libdir = base_python(hubdir / "python")
+    venv = shared_venv(hubdir / "venv", python)
+    home = Path(pwd.getpwnam(instructor).pw_dir)
+    course = home / COURSE_FOLDER
+    if not course.exists():
+        shutil.copytree(ROOT, course, symlinks=True, ignore=shutil.ignore_patterns(*COPY_IGNORE))
+        (course / ".venv").symlink_to(venv)
+        _chown_tree(course, instructor)
+    course.chmod(0o700)
+
+    exchange_cfg = (f"c.CourseDirectory.course_id = {cid!r}\n"
+                    f"c.Exchange.root = {str(exchange)!r}\n")
+    etc = hubdir / "etc"
+    _write(etc / "student" / "nbgrader_config.py",
+           "# students: the course they take and the exchange (./course hub writes this file)\n"
+           "c = get_config()  # noqa: F821\n" + exchange_cfg)
+    _write(etc / "student" / "jupyter_server_config.json",
+           json.dumps({"ServerApp": {"jpserver_extensions": {n: False for n in STUDENT_SERVER_OFF}}}, indent=1))
+    _write(etc / "student" / "labconfig" / "page_config.json",
+           json.dumps({"disabledExtensions": {n: True for n in STUDENT_LAB_OFF}}, indent=1))
+    _write(etc / "instructor" / "nbgrader_config.py",
+           "# the instructor: the course folder (its own nbgrader_config.py: the judge, the sandbox) and the exchange\n"
+           "c = get_config()  # noqa: F821\n"
+           f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n"
+           f"c.CourseDirectory.root = {str(course)!r}\n" + exchange_cfg)
+    for d in (etc, etc / "student", etc / "instructor"):
+        d.chmod(0o755)
+
+    state = hubdir / "state"
+    state.mkdir(exist_ok=True)
+    state.chmod(0o700)
+    settings = {
+        "ip": ip, "port": port, "hub_port": _free_port(), "proxy_api_port": _free_port(),
+        "instructor": instructor, "students": students, "course": str(course), "course_id": cid,
+        "exchange": str(exchange), "etc": str(etc), "state": str(state),
+        "venv": str(venv), "python": str(venv / "bin" / "python"), "proxy": proxy_command(),
+        "ld_library_path": libdir,
+    }
+    _write(hubdir / "hub.json", json.dumps(settings, indent=1))
+    return passwords
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- running it --------------------------------------------------------------------------------------
+class Hub:
+    """JupyterHub (and through it the proxy and the users' servers) as a child process group."""
+
+    def __init__(self, hubdir: Path):
+        self.hubdir = Path(hubdir)
+        self.settings = json.loads((self.hubdir / "hub.json").read_text())
+        self.proc = None
+        self.log_path = Path(self.settings["state"]) / "jupyterhub.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings['ip']}:{self.settings['port']}"
+
+    def start(self, log_to_file: bool = False):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER", "ATTNCOURSE_"))}
+        env["ATTNCOURSE_HUB_DIR"] = str(self.hubdir)
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
+        cmd = [sys.executable, "-m", "jupyterhub", "-f", str(DEPLOY / "jupyterhub_config.py")]
+        out = open(self.log_path, "a") if log_to_file else None
+        self.proc = subprocess.Popen(cmd, cwd=self.settings["state"], env=env, start_new_session=True,
+                                     stdout=out, stderr=subprocess.STDOUT if out else None)
+        return self
+
+    def wait_ready(self, timeout: float = 60):
+        import urllib.request
+
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise HubError(f"JupyterHub exited ({self.proc.returncode}); see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/hub/api/", timeout=3) as r:
+                    if r.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.3)
+        raise HubError(f"JupyterHub did not answer at {self.url} within {timeout:.0f} s")
+
+    def stop(self) -> int:
+        """Stop the hub (it stops the proxy and the servers), then anything of its users left: return that count."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+        if self.proc is not None:
+            try:  # anything of the hub's process group that outlived it
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._stop_proxy()
+        return kill_user_processes([self.settings["instructor"], *self.settings["students"]])
+
+    def _stop_proxy(self):
+        """The proxy runs in a session of its own: the hub stops it when it exits cleanly; if it did not, stop it
+        here (by its pid file, and only if that process is still this hub's configurable-http-proxy)."""
+        import psutil
+
+        pid_file = Path(self.settings["state"]) / "proxy.pid"
+        try:
+            proc = psutil.Process(int(pid_file.read_text().strip()))
+            if "configurable-http-proxy" in " ".join(proc.cmdline()) and f"{self.settings['port']}" in proc.cmdline():
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except psutil.TimeoutExpired:
+                    proc.kill()
+        except (OSError, ValueError, psutil.Error):
+            pass
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="./course hub", description=__doc__.split("\n")[0])
+    ap.add_argument("--students", type=int, default=2, help="how many student accounts (default 2)")
+    ap.add_argument("--instructor", default="instructor", help="the instructor's user name (default: instructor)")
+    ap.add_argument("--student-prefix", default="student", help="students are PREFIX1 … PREFIXN (default: student)")
+    ap.add_argument("--dir", default=str(DEFAULT_DIR), help=f"the hub's folder (default {DEFAULT_DIR})")
+    ap.add_argument("--ip", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--home-base", default=None, help="where new users' homes go (default: useradd's, /home)")
+    args = ap.parse_args(argv)
+    reason = why_not()
+    if reason:
+        print(f"./course hub: {reason}", file=sys.stderr)
+        return 2
+    students = [f"{args.student_prefix}{i}" for i in range(1, args.students + 1)]
+    passwords = prepare(Path(args.dir), args.instructor, students, args.ip, args.port, args.home_base)
+    closed = close_checkout()
+    if closed:
+        print(f"closed to other users (chmod o-rwx, they hold the solutions): {', '.join(closed)} in {ROOT}")
+    hub = Hub(Path(args.dir))
+    print(f"accounts (passwords shown once; ./course hub again sets new ones):")
+    for name, pw in passwords.items():
+        role = "instructor" if name == args.instructor else "student"
+        print(f"  {role:10s} {name:20s} {pw}", flush=True)
+    print(f"course folder: {hub.settings['course']}  exchange: {hub.settings['exchange']}", flush=True)
+
+    def _stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    try:
+        hub.start().wait_ready()
+        print(f"JupyterHub at {hub.url}/ (Ctrl-C stops it and every server and kernel it started)", flush=True)
+        hub.proc.wait()
+        print(f"./course hub: JupyterHub exited ({hub.proc.returncode})", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except HubError as exc:
+        print(f"./course hub: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        left = hub.stop()
+        print(f"stopped: JupyterHub, its proxy and servers{f' ({left} processes of the hub users ended)' if left else ''}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The LMS export: ``nbgrader export`` with the course's Canvas plugin writes Canvas's gradebook layout."""
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+
+from tests.harness import ROOT
+
+
+def _gradebook(db_url):
+    """Sections 02 (10 points) and 04 (6 points); alice submits both (04 late), bob only 02, carol nothing."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, "attention-transformers") as gb:
+        for name, cells in (("02_qkv_by_hand", {"softmax": 4, "sdpa": 6}), ("04_multi_head", {"mha": 6})):
+            gb.add_assignment(name)
+            gb.add_notebook(name, name)
+            for cell, pts in cells.items():
+                gb.add_grade_cell(cell, name, name, max_score=pts, cell_type="code")
+        gb.add_student("alice", first_name="Alice", last_name="Liddell", lms_user_id="A-17")
+        gb.add_student("bob")
+        gb.add_student("carol", first_name="Carol", last_name="Ng")
+        scores = {("02_qkv_by_hand", "alice"): {"softmax": 4, "sdpa": 6}, ("04_multi_head", "alice"): {"mha": 5.5},
+                  ("02_qkv_by_hand", "bob"): {"softmax": 4, "sdpa": 0}}
+        for (section, student), cells in scores.items():
+            gb.add_submission(section, student)
+            for cell, score in cells.items():
+                grade = gb.find_grade(cell, section, section, student)
+                grade.auto_score = score
+            gb.db.commit()
+        sub = gb.find_submission_notebook("04_multi_head", "04_multi_head", "alice")
+        sub.late_submission_penalty = 1.5
+        gb.db.commit()
+
+
+def test_canvas_export_through_nbgrader(tmp_path, monkeypatch):
+    from attncourse.course import with_python_bin
+
+    monkeypatch.setenv("PATH", with_python_bin())   # nbgrader runs alembic from PATH
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    _gradebook(db_url)
+    (tmp_path / "nbgrader_config.py").write_text(
+        f"c = get_config()\nc.CourseDirectory.course_id = 'attention-transformers'\nc.CourseDirectory.db_url = {db_url!r}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "instructor.export", "--to", "canvas.csv", "--section", "Fall 2026"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CanvasExportPlugin" in proc.stderr + proc.stdout   # nbgrader's "Using exporter: ..."
+    with open(tmp_path / "canvas.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert rows == [
+        ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "02_qkv_by_hand", "04_multi_head"],
+        ["    Points Possible", "", "", "", "", "10", "6"],
+        ["Liddell, Alice", "", "A-17", "alice", "Fall 2026", "10", "4"],   # 5.5 less the late penalty of 1.5
+        ["bob", "", "", "bob", "Fall 2026", "4", "0"],                      # 04 not submitted: 0
+        ["Ng, Carol", "", "", "carol", "Fall 2026", "0", "0"],              # nothing submitted
+    ], rows
+
+    # only some sections, and a missing submission left blank (Canvas: no change)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--exporter",
+                           "instructor.export.CanvasExportPlugin", "--to=blank.csv", "--assignment=['04_multi_head']",
+                           "--CanvasExportPlugin.missing="], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with open(tmp_path / "blank.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert [r[5:] for r in rows] == [["04_multi_head"], ["6"], ["4"], [""], [""]], rows

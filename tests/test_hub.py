@@ -1,0 +1,514 @@
+"""The course on a real JupyterHub (``./course hub``): nbgrader's exchange round trip with real Unix users, in a browser.
+
+The module starts the real ``./course hub`` with throw-away users (``acst…i``, ``acst…s1``, ``acst…s2``) and a hub
+folder in /tmp, then drives Debian's chromium with Playwright through the whole loop:
+
+instructor releases 02 in formgrader → each student logs in, fetches 02 in the Assignments panel, fills it (one
+correct, one with a named mistake of graders/s02_qkv_by_hand.py), Validates, submits → the instructor collects →
+grades with ``./course grade``, then with formgrader's Autograde button and with plain ``nbgrader autograde``:
+identical scores → generates and releases feedback → each student fetches it and sees their points (and the named
+mistake). Neither student can read the other's work or feedback, nor the course's ``source/`` or ``graders/``
+(checked as that student). Ctrl-C then stops the hub with nothing left running; the users and their homes are
+removed whatever happens.
+
+Skips, with the reason, where a component cannot run (not root, no proxy, no browser, no sandbox). On a failure
+the screenshot and page text are saved under ``tests/artifacts/<test>/`` (``ATTNCOURSE_SCREENSHOTS=1`` keeps one
+of every step).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.register_assert_rewrite("browser")
+from tests.browser import (  # noqa: E402
+    ARTIFACTS, LAB_SETTINGS, NotebookPage, _free_port, save_artifacts, student_work, why_no_browser,
+)
+from tests.harness import CORPUS_CELL, ROOT, read_nb  # noqa: E402
+
+pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test
+pytestmark = pytest.mark.xdist_group("hub")
+
+SECTION = "02_qkv_by_hand"
+MISTAKE = "no_scale"     # the named mistake the second student makes (graders/s02_qkv_by_hand.py)
+
+
+def shot(page, test: str, step: str):
+    """With ATTNCOURSE_SCREENSHOTS=1, keep a screenshot of this step under tests/artifacts/<test>/."""
+    if os.environ.get("ATTNCOURSE_SCREENSHOTS"):
+        out = ARTIFACTS / test
+        out.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(out / f"{step}.png"), full_page=True)
+
+
+def _mistake():
+    from graders.s02_qkv_by_hand import SDPA
+
+    m = next(m for m in SDPA.mistakes if m.key == MISTAKE)
+    code = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", "", m.code, flags=re.M)   # as a student types it
+    return code, (m.shows or m.message)
+
+
+def why_no_hub() -> str | None:
+    from attncourse.judge.sandbox import bwrap_works
+    from instructor.hub import why_not
+
+    reason = why_not()
+    if reason:
+        return f"./course hub cannot run here: {reason}"
+    reason = why_no_browser()
+    if reason:
+        return f"no browser here: {reason}"
+    ok, why = bwrap_works()
+    if not ok:
+        return f"the grading sandbox cannot start here ({why})"
+    return None
+
+
+# -- ./course hub, running ---------------------------------------------------------------------------------
+class HubRun:
+    """``./course hub`` in the background: its output, the accounts it printed, the hub's URL."""
+
+    def __init__(self, hubdir: Path, tag: str):
+        self.hubdir, self.port = hubdir, _free_port()
+        self.instructor, self.students = f"{tag}i", [f"{tag}s1", f"{tag}s2"]
+        self.lines: list[str] = []
+        self.passwords: dict[str, str] = {}
+        self.proc = None
+
+    @property
+    def users(self):
+        return [self.instructor, *self.students]
+
+    @property
+    def base(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180):
+        cmd = [str(ROOT / "course"), "hub", "--students", "2", "--instructor", self.instructor,
+               "--student-prefix", self.students[0][:-1], "--dir", str(self.hubdir), "--port", str(self.port)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER", "ATTNCOURSE_"))}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(ln.startswith("JupyterHub at ") for ln in self.lines):
+                break
+            if self.proc.poll() is not None:
+                time.sleep(0.5)
+                raise RuntimeError(f"./course hub exited ({self.proc.returncode}):\n" + "\n".join(self.lines[-40:]))
+            time.sleep(0.3)
+        else:
+            raise RuntimeError("./course hub did not start:\n" + "\n".join(self.lines[-40:]))
+        for ln in self.lines:
+            m = re.match(r"\s+(instructor|student)\s+(\S+)\s+(\S+)$", ln)
+            if m:
+                self.passwords[m.group(2)] = m.group(3)
+        assert set(self.passwords) == set(self.users), self.lines
+        self.settings = json.loads((self.hubdir / "hub.json").read_text())
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def home(self, user) -> Path:
+        return Path(pwd.getpwnam(user).pw_dir)
+
+    @property
+    def course(self) -> Path:
+        return Path(self.settings["course"])
+
+    def as_user(self, user, *cmd, cwd=None, timeout=900) -> subprocess.CompletedProcess:
+        """Run a command as ``user`` with a login-like environment (runuser, no root left)."""
+        env = ["env", "-i", f"HOME={self.home(user)}", f"USER={user}", "LANG=C.UTF-8",
+               f"PATH={self.settings['venv']}/bin:/usr/local/bin:/usr/bin:/bin"]
+        if self.settings.get("ld_library_path"):   # as the hub gives it to every server (a copied interpreter)
+            env.append(f"LD_LIBRARY_PATH={self.settings['ld_library_path']}")
+        return subprocess.run(["runuser", "-u", user, "--", *env, *cmd], cwd=cwd or self.home(user),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def can_read(self, user, path) -> bool:
+        """Whether ``user`` can list (a folder) or read (a file) ``path``."""
+        p = Path(path)
+        cmd = ["/bin/ls", str(p)] if p.is_dir() else ["/bin/cat", str(p)]
+        return self.as_user(user, *cmd, cwd="/").returncode == 0
+
+    def ctrl_c(self, timeout: float = 90) -> int:
+        """Ctrl-C, as at the terminal: SIGINT to ./course hub; its return code."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        time.sleep(0.2)
+        return self.proc.returncode
+
+    def leftovers(self) -> list[str]:
+        """Processes still running that belong to this hub: its users' or any naming its folder or port."""
+        import psutil
+
+        uids = set()
+        for u in self.users:
+            try:
+                uids.add(pwd.getpwnam(u).pw_uid)
+            except KeyError:
+                pass
+        left = []
+        for p in psutil.process_iter(["pid", "uids", "cmdline"]):
+            try:
+                cmdline = " ".join(p.info["cmdline"] or [])
+                if p.info["uids"].real in uids or str(self.hubdir) in cmdline or f"--port {self.port}" in cmdline:
+                    if p.pid != os.getpid():
+                        left.append(f"{p.pid} {cmdline[:200]}")
+            except (psutil.NoSuchProcess, psutil.AccessDenied, TypeError):
+                pass
+        return left
+
+
+@pytest.fixture(scope="module")
+def hub():
+    reason = why_no_hub()
+    if reason:
+        pytest.skip(reason)
+    from instructor.hub import remove_user
+
+    tag = "acst" + secrets.token_hex(3)
+    hubdir = Path(tempfile.mkdtemp(prefix="attncourse-hub-", dir="/tmp"))
+    hubdir.chmod(0o755)
+    run = HubRun(hubdir, tag)
+    try:
+        run.start()
+        for user in run.users:   # a fresh user's JupyterLab, without pop-ups or virtual scrolling (tests/browser.py)
+            settings = run.home(user) / ".jupyter" / "lab" / "user-settings"
+            for name, values in LAB_SETTINGS.items():
+                p = settings / f"{name}.jupyterlab-settings"
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_text(json.dumps(values))
+            subprocess.run(["chown", "-R", f"{user}:{user}", str(run.home(user) / ".jupyter")], check=True)
+        print("\n".join(run.lines))
+        yield run
+    finally:
+        if run.proc is not None and run.proc.poll() is None:
+            run.ctrl_c()
+        for user in run.users:
+            remove_user(user)
+        shutil.rmtree(hubdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import Error, sync_playwright
+
+    from tests.browser import chromium_path
+
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=chromium_path())
+    except Error as exc:
+        pw.stop()
+        pytest.skip(f"{chromium_path()} cannot start here: {str(exc).splitlines()[0][:300]}")
+    yield b
+    b.close()
+    pw.stop()
+
+
+class Pages:
+    """One browser context per user (their own hub cookie); every page opened is kept for the failure report."""
+
+    def __init__(self, browser, hub: HubRun):
+        self.browser, self.hub, self.pages, self.contexts = browser, hub, {}, []
+
+    def login(self, user, wait: bool = True):
+        """Log in at the hub's page (the hub starts the user's server); ``wait``: until JupyterLab is up."""
+        if user not in self.pages:
+            ctx = self.browser.new_context(viewport={"width": 1400, "height": 900})
+            ctx.set_default_timeout(90_000)
+            self.contexts.append(ctx)
+            page = ctx.new_page()
+            self.pages[user] = page
+            page.goto(f"{self.hub.base}/hub/login")
+            page.fill("input#username_input", user)
+            page.fill("input#password_input", self.hub.passwords[user])
+            page.click("#login_submit")
+        page = self.pages[user]
+        if wait:
+            page.wait_for_selector(".jp-LabShell", timeout=240_000)   # the user's own server started, JupyterLab up
+        return page
+
+    def close(self):
+        for ctx in self.contexts:
+            ctx.close()
+
+
+class UserLab:
+    """What NotebookPage needs of a server: the URL of a path in this user's JupyterLab."""
+
+    def __init__(self, hub: HubRun, user: str):
+        self.base = f"{hub.base}/user/{user}"
+
+    def url(self, path: str = "lab") -> str:
+        return f"{self.base}/{path.lstrip('/')}"
+
+
+# -- formgrader -------------------------------------------------------------------------------------------
+def _fg_button(page, row, column: str, timeout: float = 600) -> str:
+    """Click formgrader's button in ``column`` of ``row``; return the text of the result dialog (must succeed)."""
+    row.locator(f"td.{column} a").click()
+    modal = page.locator("#success-modal, #error-modal")
+    modal.wait_for(timeout=timeout * 1000)
+    text = modal.inner_text()
+    ok = page.locator("#success-modal").count() == 1
+    modal.locator(".modal-footer button").last.click()
+    modal.wait_for(state="detached")
+    assert ok, f"formgrader {column}: {text[:1000]} … {text[-3000:]}"
+    return text
+
+
+def _assignment_row(page, hub: HubRun):
+    page.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_assignments")
+    row = page.locator("tr").filter(has_text=SECTION)
+    row.wait_for(timeout=120_000)
+    return row
+
+
+def _scores(hub: HubRun) -> dict:
+    from instructor.gradebook import gradebook_scores
+
+    return gradebook_scores(f"sqlite:///{hub.course / 'gradebook.db'}", hub.settings["course_id"], SECTION)
+
+
+# -- the Assignments panel --------------------------------------------------------------------------------
+def _assignments(page):
+    page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+    page.get_by_role("menuitem", name="Assignment List", exact=True).click()
+    panel = page.locator("#nbgrader-assignment-list")
+    panel.wait_for()
+    return panel
+
+
+def _panel_row(panel, listing: str):
+    return panel.locator(f"#{listing}_assignments_list").locator(".list_item:not(.nested_list_item)").filter(has_text=SECTION)
+
+
+# -- the tests ----------------------------------------------------------------------------------------------
+def test_hub_refuses_in_one_line(monkeypatch, capsys):
+    """Where ./course hub cannot run it says what is missing, in one line, and starts nothing."""
+    from instructor import hub as hubmod
+
+    monkeypatch.setattr(hubmod.os, "geteuid", lambda: 1000)
+    assert hubmod.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["./course hub: needs root (it creates Unix users and runs their servers): run it with sudo"], err
+
+    monkeypatch.setattr(hubmod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(hubmod, "proxy_command", lambda: None)
+    real_which = shutil.which
+    monkeypatch.setattr(hubmod.shutil, "which", lambda n: None if n == "npm" else real_which(n))
+    assert hubmod.main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no configurable-http-proxy and no npm" in err[0], err
+
+
+@pytest.fixture
+def pages(browser, hub):
+    p = Pages(browser, hub)
+    yield p
+    p.close()   # after the failure report has saved the page (tests.browser.pytest_runtest_makereport)
+
+
+def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, request):
+    """The whole nbgrader loop on the hub, two students, in the browser (see the module's docstring)."""
+    from playwright.sync_api import expect
+
+    test = "hub"
+    t0 = time.time()
+    if True:
+        # 1. the instructor generates and releases 02 in formgrader (everyone logs in first: the hub starts
+        #    the three servers side by side)
+        for user in hub.users:
+            pages.login(user, wait=False)
+        ipage = pages.login(hub.instructor)
+        request.node.funcargs["page"] = ipage
+        row = _assignment_row(ipage, hub)
+        shot(ipage, test, "01-formgrader-draft")
+        _fg_button(ipage, row, "assign")
+        text = _fg_button(ipage, row, "release")
+        assert f"Released as: {hub.settings['course_id']} {SECTION}" in text, text
+        expect(row.locator("td.status")).to_have_text("released")
+        shot(ipage, test, "02-formgrader-released")
+        print(f"released after {time.time() - t0:.0f} s")
+
+        # 2. each student: fetch, fill, Validate, submit
+        code_wrong, named = _mistake()
+        from tests.corpus._base import CORRECT
+
+        answers = {hub.students[0]: CORRECT.strip(), hub.students[1]: code_wrong.strip()}
+        for n, student in enumerate(hub.students, 1):
+            page = pages.login(student)
+            request.node.funcargs["page"] = page
+            # a student has the Assignments panel, and no formgrader (neither in the menu nor on the server)
+            page.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+            menu = page.locator(".lm-Menu").inner_text()
+            page.keyboard.press("Escape")
+            assert "Assignment List" in menu and "Formgrader" not in menu, menu
+            assert page.request.get(f"{hub.base}/user/{student}/formgrader/manage_assignments").status == 404
+            panel = _assignments(page)
+            fetch_row = _panel_row(panel, "released")
+            fetch_row.wait_for()
+            shot(page, test, f"1{n}-student{n}-before-fetch")
+            fetch_row.get_by_role("button", name="Fetch", exact=True).click()
+            _panel_row(panel, "fetched").wait_for()
+            shot(page, test, f"1{n}-student{n}-fetched")
+            folder = hub.home(student) / SECTION
+            released = read_nb(folder / f"{SECTION}.ipynb")
+            # every exercise solved but scaled_dot_product_attention, which the student types in the browser
+            # (written as the student: their file, their permissions)
+            work = student_work(released, SECTION, skip={CORPUS_CELL})
+            tmp = folder / ".work.ipynb"
+            nbformat.write(work, str(tmp))
+            shutil.chown(tmp, student, student)
+            os.replace(tmp, folder / f"{SECTION}.ipynb")
+            nb = NotebookPage(page, UserLab(hub, student), f"{SECTION}/{SECTION}.ipynb").open(timeout=180)
+            nb.type_into(nb.cell("def scaled_dot_product_attention", "YOUR CODE HERE"), answers[student])
+            nb.save()
+            dialog = nb.validate(timeout=300)
+            shot(page, test, f"1{n}-student{n}-validated")
+            # Validate works where there is no graders/ folder: the visible checks run, the hidden tests are not there
+            assert "Success! Your notebook passes all the tests." in dialog, dialog
+            nb.close_dialog()
+            panel = _assignments(page)   # (the notebook opened in a workspace of its own)
+            _panel_row(panel, "fetched").get_by_role("button", name="Submit", exact=True).click()
+            _panel_row(panel, "submitted").first.wait_for()
+            shot(page, test, f"1{n}-student{n}-submitted")
+        print(f"both submitted after {time.time() - t0:.0f} s")
+
+        # 3. the instructor collects in formgrader
+        request.node.funcargs["page"] = ipage
+        row = _assignment_row(ipage, hub)
+        text = _fg_button(ipage, row, "collect")
+        for s in hub.students:
+            assert (hub.course / "submitted" / s / SECTION / f"{SECTION}.ipynb").is_file(), text
+
+        # 4a. ./course grade, as the instructor, in their course folder
+        t = time.time()
+        proc = hub.as_user(hub.instructor, "./course", "grade", SECTION, "--json", "grade-report.json",
+                           cwd=hub.course)
+        took = {"./course grade": time.time() - t}
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        by_course_grade = _scores(hub)
+        # 4b. formgrader's Autograde button, for each student
+        t = time.time()
+        ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_submissions/{SECTION}")
+        for s in hub.students:
+            srow = ipage.locator("tr").filter(has_text=s)
+            srow.wait_for()
+            _fg_button(ipage, srow, "autograde")
+        shot(ipage, test, "21-formgrader-autograded")
+        by_formgrader = _scores(hub)
+        took["formgrader Autograde"] = time.time() - t
+        t = time.time()
+        # 4c. plain nbgrader autograde, as the instructor
+        proc = hub.as_user(hub.instructor, f"{hub.settings['venv']}/bin/nbgrader", "autograde", SECTION, "--force",
+                           cwd=hub.course)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        by_nbgrader = _scores(hub)
+        took["nbgrader autograde"] = time.time() - t
+        print("grading took " + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
+        print("scores (total/max) by ./course grade | formgrader Autograde | nbgrader autograde:")
+        for s in hub.students:
+            print(f"  {s}: {by_course_grade[s][:2]} | {by_formgrader[s][:2]} | {by_nbgrader[s][:2]}")
+        assert by_course_grade == by_formgrader == by_nbgrader
+        right, wrong = (by_course_grade[s] for s in hub.students)
+        assert right[0] > wrong[0] > 0, (right, wrong)
+        assert all(sc == mx for sc, mx in right[2].values()), right   # the correct student lost no point
+        print(f"graded three ways after {time.time() - t0:.0f} s")
+
+        # formgrader's Manual Grading page of the class (where written answers are graded)
+        ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/gradebook/{SECTION}/{SECTION}")
+        ipage.locator("tr").filter(has_text=hub.students[1]).wait_for()
+        shot(ipage, test, "22-formgrader-manual-grading")
+
+        # 5. feedback: generated and released in formgrader
+        row = _assignment_row(ipage, hub)
+        _fg_button(ipage, row, "generate-feedback")
+        _fg_button(ipage, row, "release-feedback")
+        shot(ipage, test, "23-formgrader-feedback-released")
+
+        # 6. each student fetches the feedback and reads their points (and the named mistake)
+        for n, student in enumerate(hub.students, 1):
+            page = pages.pages[student]
+            request.node.funcargs["page"] = page
+            panel = _assignments(page)
+            sub = _panel_row(panel, "submitted").first
+            sub.get_by_role("button", name="Fetch Feedback", exact=True).click()
+            sub.get_by_text("(view feedback)").click()
+            page.locator(".jp-DirListing-item").filter(has_text=f"{SECTION}.html").dblclick()
+            frame = page.frame_locator(".jp-HTMLViewer iframe, iframe.jp-HTMLViewer").first
+            body = frame.locator("body")
+            body.wait_for()
+            expect(body).to_contain_text("Score:")
+            text = body.inner_text()
+            shot(page, test, f"3{n}-student{n}-feedback")
+            score, max_score = by_course_grade[student][:2]
+            assert re.search(rf"{SECTION} \(Score: {score:g}(\.0+)? / {max_score:g}(\.0+)?\)", text), text[:2000]
+            flat, said = " ".join(text.split()), " ".join(named.split())   # the page wraps long lines
+            if student == hub.students[1]:
+                assert f"Most likely cause: {said}" in flat, (said, text[:4000])
+                frame.get_by_text("Most likely cause").first.scroll_into_view_if_needed()
+                shot(page, test, f"3{n}-student{n}-feedback-mistake")
+            else:
+                assert said not in flat
+        print(f"feedback read after {time.time() - t0:.0f} s")
+
+        # 7. what each student cannot read, tried as that student
+        s1, s2 = hub.students
+        course = hub.course
+        exchange = Path(hub.settings["exchange"]) / hub.settings["course_id"]
+        secret = [course, course / "source", course / "source" / SECTION / f"{SECTION}.ipynb", course / "graders",
+                  course / "graders" / "data" / f"{SECTION}.pt", course / "submitted", course / "autograded",
+                  course / "feedback", course / "gradebook.db", ROOT / "source", ROOT / "graders" / "data",
+                  ROOT / "source" / SECTION / f"{SECTION}.ipynb", ROOT / "tests",
+                  exchange / "inbound", exchange / "feedback"]   # the exchange's two folders: nobody lists them
+        for me, other in ((s1, s2), (s2, s1)):
+            theirs = [hub.home(other), hub.home(other) / SECTION, hub.home(other) / SECTION / f"{SECTION}.ipynb",
+                      *sorted((hub.home(other) / SECTION / "feedback").rglob("*"))]
+            readable = [str(p) for p in secret + theirs if hub.can_read(me, p)]
+            assert readable == [], (me, readable)
+            assert hub.can_read(me, hub.home(me) / SECTION / f"{SECTION}.ipynb")   # the check itself works
+        # nbgrader's exchange hides a student's files in the shared folders by name only (a random suffix for a
+        # submission, a hash of the submission for feedback): whoever knows the exact name can read the file
+        by_name = [p for p in (exchange / "inbound").iterdir() if p.name.startswith(f"{s2}+")]
+        print(f"(exchange, by exact name: {s1} can read {s2}'s submission folder: {hub.can_read(s1, by_name[0])})")
+        print(f"hub loop done in {time.time() - t0:.0f} s")
+
+
+def test_ctrl_c_stops_everything(hub):
+    """Ctrl-C on ./course hub: it says so and exits 0, and no hub, proxy, server or kernel of its users is left."""
+    assert hub.proc.poll() is None, "\n".join(hub.lines[-30:])
+    t = time.time()
+    rc = hub.ctrl_c()
+    print(f"stopped in {time.time() - t:.1f} s")
+    assert rc == 0, "\n".join(hub.lines[-30:])
+    assert any(ln.startswith("stopped: JupyterHub") for ln in hub.lines), hub.lines[-10:]
+    assert hub.leftovers() == []
+    import socket
+
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", hub.port)) != 0, "the proxy still listens"
