@@ -17,7 +17,6 @@ Three are graded through a probe of the notebook's locked ``given_probes`` cell 
 ``lr_at`` returns Python floats and has no dtype or device; ``param_groups`` has no dtype (AdamW's groups
 are the same in any), so it is checked on the best device only.
 """
-import math
 
 import torch
 

@@ -61,6 +61,15 @@ class HubError(Exception):
     """Why the hub cannot run here: one line for the user."""
 
 
+def _readable_by_all(tree) -> None:
+    """Folders 0755, files 0644 (0755 when executable), links left alone: every user can read and run it."""
+    for dirpath, _dirnames, filenames in os.walk(tree):
+        os.chmod(dirpath, 0o755)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+
 def course_id(root: Path = ROOT) -> str:
     m = re.search(r'CourseDirectory\.course_id\s*=\s*"([^"]+)"', (root / "nbgrader_config.py").read_text())
     if not m:
@@ -229,12 +238,7 @@ def base_python(dest: Path) -> tuple[str, str | None]:
     shutil.copytree(base / "lib" / ver, dest / "lib" / ver, symlinks=True,
                     ignore=shutil.ignore_patterns("site-packages", "test", "idlelib", "tkinter", "turtledemo"))
     (dest / "lib" / ver / "site-packages").mkdir()
-    for dirpath, dirnames, filenames in os.walk(dest):
-        os.chmod(dirpath, 0o755)
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            if not os.path.islink(p):
-                os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+    _readable_by_all(dest)
     return str(dest / "bin" / ver), (str(dest / "lib") if any((dest / "lib").glob("libpython*")) else None)
 
 
@@ -262,7 +266,6 @@ def shared_venv(dest: Path, python: str) -> Path:
         (dest / "bin" / alias).symlink_to("python")
     (dest / "pyvenv.cfg").write_text(f"home = {os.path.dirname(python)}\ninclude-system-site-packages = false\n"
                                      f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")
-    shebang = f"#!{venv}/bin/python".encode()
     for script in (venv / "bin").iterdir():
         if script.name.startswith("python") or script.is_symlink() or not script.is_file():
             continue
@@ -273,12 +276,7 @@ def shared_venv(dest: Path, python: str) -> Path:
             out.write_bytes(f"#!{dest}/bin/python".encode() + b"\n" + rest)
             out.chmod(0o755)
     (dest / ".installed").touch()   # ./course in the instructor's copy: nothing to install
-    for dirpath, dirnames, filenames in os.walk(dest):
-        os.chmod(dirpath, 0o755)
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            if not os.path.islink(p):
-                os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
+    _readable_by_all(dest)
     return dest
 
 
@@ -441,7 +439,7 @@ def main(argv=None) -> int:
     if closed:
         print(f"closed to other users (chmod o-rwx, they hold the solutions): {', '.join(closed)} in {ROOT}")
     hub = Hub(Path(args.dir))
-    print(f"accounts (passwords shown once; ./course hub again sets new ones):")
+    print("accounts (passwords shown once; ./course hub again sets new ones):")
     for name, pw in passwords.items():
         role = "instructor" if name == args.instructor else "student"
         print(f"  {role:10s} {name:20s} {pw}", flush=True)

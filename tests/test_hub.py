@@ -35,7 +35,7 @@ import pytest
 
 pytest.register_assert_rewrite("browser")
 from tests.browser import (  # noqa: E402
-    ARTIFACTS, LAB_SETTINGS, NotebookPage, _free_port, save_artifacts, student_work, why_no_browser,
+    ARTIFACTS, LAB_SETTINGS, NotebookPage, _free_port, student_work, why_no_browser,
 )
 from tests.harness import CORPUS_CELL, ROOT, read_nb  # noqa: E402
 
