@@ -449,6 +449,9 @@ def main(argv=None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
+    # Ctrl-C even where SIGINT came in ignored (a shell's background job inherits SIG_IGN, and Python then
+    # installs no KeyboardInterrupt handler): the hub would never stop on it
+    signal.signal(signal.SIGINT, _stop)
     try:
         hub.start().wait_ready()
         print(f"JupyterHub at {hub.url}/ (Ctrl-C stops it and every server and kernel it started)", flush=True)

@@ -28,6 +28,13 @@ def read_nb(path) -> nbformat.NotebookNode:
     return nbformat.read(str(path), as_version=4)
 
 
+def total_points(section: str) -> float:
+    """The points of a section, as its source notebook's grade cells give them."""
+    nb = read_nb(ROOT / "source" / section / f"{section}.ipynb")
+    return sum(float(c.metadata["nbgrader"].get("points", 0) or 0) for c in nb.cells
+               if c.metadata.get("nbgrader", {}).get("grade"))
+
+
 def cell_by_id(nb, grade_id):
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:

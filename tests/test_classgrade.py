@@ -143,11 +143,18 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
 
     from attncourse.judge.scratch import tree_hash as files_hash
     from instructor.kit import make_kit, submission_files
-    from instructor.task import grade_task, task_environment
+    from instructor import task as task_module
+    from instructor.task import grade_task, task_environment, template
 
     _, par, _ = runs
     kit = make_kit(par.root, SECTION)
-    left = glob.glob(os.path.join(tempfile.gettempdir(), f"attncourse-kit-{SECTION}-*"))   # the private build folders
+    # the template's private build folder, made in a temp folder of this test's own (other tests grade at the
+    # same time, in the shared one): it is gone once the template is in memory
+    task_module._TEMPLATES.clear()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert template(kit)
+    monkeypatch.undo()
+    left = glob.glob(os.path.join(tmp_path, f"attncourse-kit-{SECTION}-*"))
     assert not left, f"a kit left on disk: {left}"
     _, env = task_environment({"ATTNCOURSE_CHECK_TIMEOUT": "30"})
     wrong = submission_files(par.root, "wrong", SECTION)

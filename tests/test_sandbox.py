@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from attncourse.judge.sandbox import KERNEL_ENV_ALLOW
-from tests.harness import CORPUS_CELL, CORPUS_SECTION, Course, cell_by_id, slim, with_cells
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, Course, cell_by_id, slim, total_points, with_cells
 
 pytestmark = pytest.mark.xdist_group("sandbox")
 
@@ -150,7 +150,8 @@ def test_no_grading_without_the_sandbox_unless_asked_by_name(tmp_path):
     p = _grade_cmd(course.root, "--serial", "--unsandboxed", env=broken)
     assert p.returncode == 0, p.stderr
     assert "kernels NOT sandboxed (--unsandboxed" in p.stdout
-    assert [ln.split() for ln in p.stdout.splitlines() if ln.startswith("a ")] == [["a", "21", "/", "21"]], p.stdout
+    total = total_points(CORPUS_SECTION)
+    assert [ln.split() for ln in p.stdout.splitlines() if ln.startswith("a ")] == [["a", f"{total:g}", "/", f"{total:g}"]], p.stdout
 
 
 def test_a_symlinked_venv_runs_sandboxed(tmp_path):

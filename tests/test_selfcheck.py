@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, read_nb, with_cells
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, read_nb, total_points, with_cells
 from tests.sections import params, with_source
 
 
@@ -73,4 +73,4 @@ def test_selfcheck_gives_a_trick_no_marks(tmp_path):
     path = tmp_path / f"{section}.ipynb"
     nbformat.write(nb, str(path))
     result = run_check(section, path)
-    assert result["max_score"] == 21 and result["score"] == 0, result
+    assert result["max_score"] == total_points(CORPUS_SECTION) and result["score"] == 0, result
