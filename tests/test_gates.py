@@ -23,16 +23,48 @@ from tests.harness import ROOT, Course, cell_text, read_nb, with_cells
 from tests.sections import checks_of, params, with_source
 
 
+def _shared_folder(tmp_root: str) -> Path:
+    """A folder every pytest-xdist worker of this run shares (the session's temp folder), or this run's own."""
+    base = Path(tmp_root)
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "gates"
+
+
 @functools.lru_cache(maxsize=None)
 def graded(section: str, tmp_root: str):
-    from pathlib import Path
+    """The section graded once per test run: the first worker to ask grades it, under a lock; any other
+    worker that asks (xdist does not always keep a section's tests on one worker) reads the same results."""
+    import fcntl
 
     from graders import available_sections, load_section
 
-    course = Course(Path(tmp_root) / section, [section])
-    course.generate(section)
-    source, release = course.source_nb(section), course.release_nb(section)
+    folder = _shared_folder(tmp_root)
+    folder.mkdir(parents=True, exist_ok=True)
+    root, done = folder / section, folder / f"{section}.results.json"
     spec = load_section(section) if section in available_sections() else None
+    with open(folder / f"{section}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if done.is_file():
+            course = Course.__new__(Course)
+            course.root = root
+            source = course.source_nb(section)
+            subs, rounds = _submissions(spec, source, course.release_nb(section))
+            results = {s: (scores, messages) for s, (scores, messages) in json.loads(done.read_text()).items()}
+            return course, spec, source, rounds, results
+        course = Course(root, [section])
+        course.generate(section)
+        source = course.source_nb(section)
+        subs, rounds = _submissions(spec, source, course.release_nb(section))
+        for student, nb in subs.items():
+            course.submit(student, section, nb)
+        course.autograde(section)
+        results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
+        _write_score_table(section, rounds, results)
+        done.write_text(json.dumps(results))
+        return course, spec, source, rounds, results
+
+
+def _submissions(spec, source, release):
+    """Who is graded: the instructor, the blank release, one round per k-th mistake and per k-th variant."""
     subs = {"instructor": source, "blank": release}
     rounds = {}
     if spec is not None:
@@ -46,12 +78,7 @@ def graded(section: str, tmp_root: str):
             injected = {e.name: e.variants[k] for e in spec.exercises if len(e.variants) > k}
             subs[f"variant{k}"] = with_cells(source, {spec.exercise(n).cell: v.code for n, v in injected.items()})
             rounds[f"variant{k}"] = injected
-    for student, nb in subs.items():
-        course.submit(student, section, nb)
-    course.autograde(section)
-    results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
-    _write_score_table(section, rounds, results)
-    return course, spec, source, rounds, results
+    return subs, rounds
 
 
 def _write_score_table(section, rounds, results):
