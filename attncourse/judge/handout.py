@@ -12,18 +12,16 @@ from __future__ import annotations
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from .preprocessors import reference_data
+from .preprocessors import _CourseRoot
 
 
-class HandOut(NbGraderPreprocessor):
+class HandOut(_CourseRoot, NbGraderPreprocessor):
     """Replace each find-the-bug solution cell (by grade_id) with the code the reference data hands out."""
 
     course_root = Unicode("", help="The course folder (holding graders/data)").tag(config=True)
 
     def preprocess(self, nb, resources):
-        section = (resources.get("nbgrader") or {}).get("notebook") or (resources.get("nbgrader") or {}).get(
-            "assignment")
-        loaded = reference_data(self.course_root, section) if self.course_root and section else None
+        loaded = self._data(resources)
         handouts = (loaded[0].get("handouts") or {}) if loaded else {}
         missing = set(handouts)
         for cell in nb.cells:
@@ -32,6 +30,6 @@ class HandOut(NbGraderPreprocessor):
                 cell.source = handouts[gid]
                 missing.discard(gid)
         if missing:
-            raise RuntimeError(f"{section}: no solution cell named {sorted(missing)[0]} for its find-the-bug "
-                               "handout: run ./course build")
+            raise RuntimeError(f"{(resources.get('nbgrader') or {}).get('assignment')}: no solution cell named "
+                               f"{sorted(missing)[0]} for its find-the-bug handout: run ./course build")
         return nb, resources
