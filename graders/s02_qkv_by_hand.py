@@ -29,7 +29,7 @@ SOFTMAX = Exercise(
 def softmax(x, axis=-1):
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)
-''', shows="contains NaN"),
+'''),
         Mistake("no_keepdims", "the sum is taken without keepdims=True, so it broadcasts along the wrong axis; "
                 "use e.sum(axis=axis, keepdims=True).",
                 '''

@@ -191,7 +191,7 @@ def masked_softmax(scores, mask):
         Mistake("nan_rows", "a row with no allowed key is NaN.", '''
 def masked_softmax(scores, mask):
     return torch.softmax(scores.masked_fill(mask == 0, float("-inf")), dim=-1)
-''', shows="a row where every key is masked"),
+'''),
         Mistake("uniform_rows", "a row with no allowed key got equal weights on blocked keys; the course defines "
                 "such a row as all zeros (zero the blocked positions after the softmax).", '''
 def masked_softmax(scores, mask):
@@ -303,18 +303,6 @@ BLOCKED_T6 = Exercise(
 FIXED_REF = CELLS["fixed_causal_attention"]
 
 
-def _keep_columns(code, old, new):
-    """patch(code, old, new) on one line, keeping that line's trailing comment in its column (a handout must
-    not show where it differs from the reference by a shifted comment)."""
-    line = next(ln for ln in code.splitlines() if old in ln)
-    head, sep, comment = line.partition("  #")
-    fixed = head.replace(old, new)
-    if sep:
-        width = len(head) + 2
-        fixed = fixed.rstrip().ljust(width - 2) + "  #" + comment if len(fixed.rstrip()) < width - 2 else fixed.rstrip() + "  #" + comment
-    return patch(code, line, fixed)
-
-
 def _qkv(g, *batch, t=5, d=4, scale=1.5):
     return tuple(scale * torch.randn(*batch, t, d, generator=g) for _ in range(3))
 
@@ -326,18 +314,17 @@ FIXED_CAUSAL = Exercise(
         Mistake("after_softmax", "the mask is applied AFTER the softmax: the future weights are set to 0 but the "
                 "remaining weights of each row no longer sum to 1 (each row was normalised over the future keys "
                 "too). Fill the blocked scores with -inf BEFORE the softmax.",
-                _keep_columns(FIXED_REF, 'scores.masked_fill(future, float("-inf")).softmax(dim=-1)',
+                patch(FIXED_REF, 'scores.masked_fill(future, float("-inf")).softmax(dim=-1)',
                               "scores.softmax(dim=-1).masked_fill(future, 0.0)")),
         Mistake("fill_zero", "the blocked scores are filled with 0 before the softmax: 0 is an ordinary score, so "
                 "the future keys still get weight exp(0) / sum. Fill them with float('-inf').",
-                _keep_columns(FIXED_REF, 'float("-inf")).softmax', "0.0).softmax")),
+                patch(FIXED_REF, 'float("-inf")).softmax', "0.0).softmax")),
         Mistake("inverted", "the mask is inverted: `future` is True ABOVE the diagonal (keys after the query), and "
                 "those are the scores to block; masked_fill(~future, ...) blocks the past instead.",
-                _keep_columns(FIXED_REF, "masked_fill(future,", "masked_fill(~future,"),
-                shows="a row where every key is masked"),
+                patch(FIXED_REF, "masked_fill(future,", "masked_fill(~future,")),
         Mistake("sees_next", "each token also sees the next one: `future` must block every key after the query, "
                 "starting right above the diagonal (triu with diagonal=1).",
-                _keep_columns(FIXED_REF, ".triu(diagonal=1)", ".triu(diagonal=2)")),
+                patch(FIXED_REF, ".triu(diagonal=1)", ".triu(diagonal=2)")),
         Mistake("softmax_axis", "the softmax now runs over the queries (dim=-2); each query's row of weights "
                 "must sum to 1 over the keys (dim=-1).",
                 patch(FIXED_REF, 'float("-inf")).softmax(dim=-1)', 'float("-inf")).softmax(dim=-2)')),

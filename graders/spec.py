@@ -59,7 +59,9 @@ def patch(reference: str, *pairs: str) -> str:
 
     The one way every section writes a known mistake or a variant from its reference code: each
     ``old`` must occur in the code as patched so far, so a mistake can never silently equal the
-    reference after the reference is edited.
+    reference after the reference is edited.  A line's trailing comment stays in its column where the
+    new code fits (a find-the-bug handout must not show where it differs from the reference by a
+    shifted comment).
     """
     if len(pairs) % 2:
         raise ValueError("patch(reference, old, new, ...) takes (old, new) pairs")
@@ -67,8 +69,20 @@ def patch(reference: str, *pairs: str) -> str:
     for old, new in zip(pairs[::2], pairs[1::2]):
         if old not in code:
             raise ValueError(f"patch: {old!r} does not occur in the code")
-        code = code.replace(old, new)
+        if "\n" in old or "\n" in new:
+            code = code.replace(old, new)
+        else:
+            code = "\n".join(_replace_in_line(line, old, new) for line in code.split("\n"))
     return code
+
+
+def _replace_in_line(line: str, old: str, new: str) -> str:
+    """``line.replace(old, new)``, with a trailing ``  # comment`` kept in its column if the code fits."""
+    head, sep, comment = line.partition("  #")
+    if not sep or old not in head or old in sep + comment:
+        return line.replace(old, new)
+    code = head.replace(old, new).rstrip()
+    return code.ljust(len(head)) + sep + comment
 
 
 @dataclass

@@ -149,3 +149,38 @@ def test_a_record_claiming_another_device_is_refused():
     recs[0].data[MIME]["device"] = "cuda:0"
     errors, _, _ = _verdict(recs)
     assert errors and "tampering suspected" in errors[0].evalue
+
+
+def _softmax_verdict(code):
+    """The judge's words for a softmax answer on 02's 'large' case (scores around 1000)."""
+    from graders import load_section
+    from authoring.references import define
+
+    ex = load_section("02_qkv_by_hand").exercise("softmax")
+    src = 'GRADER.check("softmax", "large", f)\n'
+    cell = _cell(src, _records("02_qkv_by_hand", [("softmax", "large")], define(ex, code)))
+    judge_cell(cell, check_calls(src), _data("02_qkv_by_hand")[0])
+    return " ".join(o.evalue for o in cell.outputs if o.output_type == "error")
+
+
+def test_nan_from_a_catalogued_mistake_is_named_and_other_nan_gets_the_general_causes():
+    """NaN in an answer is first matched against the mistakes' outputs (the unstable softmax's NaN are its own),
+    and only an unexplained NaN gets the general list of causes; a correct answer passes either way."""
+    from graders import load_section
+
+    unstable = next(m for m in load_section("02_qkv_by_hand").exercise("softmax").mistakes if m.key == "unstable")
+    named = _softmax_verdict(unstable.code)
+    assert "Most likely cause: exp() overflows" in named and "contains NaN" not in named
+    other = _softmax_verdict('''
+import numpy as np
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True) * np.where(x > x.mean(), np.nan, 1.0)
+''')
+    assert "contains NaN. Common causes" in other and "Most likely cause" not in other
+    assert _softmax_verdict('''
+import numpy as np
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+''') == ""

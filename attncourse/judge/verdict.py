@@ -174,22 +174,25 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
         names = labels or [f"value {i}" for i in range(len(expected))]
     else:
         parts, names = [(got, expected)], [labels[0] if labels else "the result"]
-    converted = []
+    converted, nonfinite = [], None
     for (g, e), name in zip(parts, names):
         problem, value = check_part(g, e, name, cmp)
-        if problem:
+        if problem and not isinstance(problem, NonFinite):
             return problem
+        nonfinite = nonfinite or problem
         converted.append(value)
     if cmp.meta:
         return None
     value = tuple(converted) if isinstance(expected, tuple) else converted[0]
-    if matches(value, expected, cmp.atol, cmp.rtol):
+    if not nonfinite and matches(value, expected, cmp.atol, cmp.rtol):
         return None
     mistakes = {k: plain(v) for k, v in (spec.mistakes or {}).items()}
     hint = which_mistake(value, mistakes, messages, cmp.atol, cmp.rtol)
     wrong, verb = _which_part_wrong(value, expected, names, cmp)
     if hint:
         return f"{wrong} {verb} wrong. Most likely cause: {hint}"
+    if nonfinite:   # NaN or inf that no catalogued mistake explains: the general causes
+        return nonfinite
     return f"{wrong} {verb} wrong. {spec.hint or GENERIC_HINT}"
 
 
@@ -228,8 +231,15 @@ def _nested_numbers(g: Got, depth=0):
     raise Refused(f"expected numbers, found {g.describe()}")
 
 
+class NonFinite(str):
+    """A problem of :func:`check_part` that still has a value: NaN or inf where the reference has none.  The
+    caller first asks whether a catalogued mistake produces those very values (its message names the cause,
+    e.g. an inverted mask that leaves a row with no key); if none does, this general message is shown."""
+
+
 def check_part(g: Got, e, name: str, cmp: Cmp):
-    """Type/device/dtype/shape/finiteness of one returned value; returns (problem, plain value)."""
+    """Type/device/dtype/shape/finiteness of one returned value; returns (problem, plain value).  A
+    :class:`NonFinite` problem comes with the value; any other problem with ``None``."""
     if isinstance(e, np.ndarray):
         if cmp.api == "torch":
             if g.kind != "tensor":
@@ -262,24 +272,25 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
         except Refused as r:
             return f"{name}: {r}", None
         if np.isnan(value).any() and not np.isnan(e).any():
-            return (f"{name} contains NaN. Common causes: exp() of large scores overflowing to inf "
-                    "(subtract each row's maximum before exp), a row where every key is masked (softmax "
-                    "over all -inf), or subtracting inf from inf."), None
+            return NonFinite(f"{name} contains NaN. Common causes: exp() of large scores overflowing to inf "
+                             "(subtract each row's maximum before exp), a row where every key is masked (softmax "
+                             "over all -inf), or subtracting inf from inf."), value
         if np.isinf(value).any() and not np.isinf(e).any():
-            return f"{name} contains inf: a masked score leaked through, or an overflow in exp().", None
+            return NonFinite(f"{name} contains inf: a masked score leaked through, or an overflow in exp()."), value
         return None, value
     if isinstance(e, (list, tuple)):
         if g.kind not in ("list", "tuple"):
             return f"{name} should be a list, got {g.describe()}", None
         if len(g.items) != len(e):
             return f"{name} has {len(g.items)} items, expected {len(e)}", None
-        out = []
+        out, nonfinite = [], None
         for i, (gi, ei) in enumerate(zip(g.items, e)):
             problem, p = check_part(gi, ei, f"{name}[{i}]", cmp)
-            if problem:
+            if problem and not isinstance(problem, NonFinite):
                 return problem, None
+            nonfinite = nonfinite or problem
             out.append(p)
-        return None, out
+        return nonfinite, out
     if isinstance(e, dict):
         if g.kind != "dict":
             return f"{name} should be a dict, got {g.describe()}", None
@@ -287,13 +298,14 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
         missing = [k for k in e if k not in have]
         if missing:
             return f"{name} is missing the keys {missing}", None
-        out = {}
+        out, nonfinite = {}, None
         for k in e:
             problem, p = check_part(have[k], e[k], f"{name}[{k!r}]", cmp)
-            if problem:
+            if problem and not isinstance(problem, NonFinite):
                 return problem, None
+            nonfinite = nonfinite or problem
             out[k] = p
-        return None, out
+        return nonfinite, out
     if isinstance(e, str):
         if g.kind != "str":
             return f"{name} should be a str, got {g.describe()}", None
