@@ -1,12 +1,14 @@
 """./course hub: the course on a one-machine JupyterHub with real Unix users (run as root).
 
-    ./course hub [--students N] [--instructor NAME] [--student-prefix PREFIX] [--dir /srv/attncourse-hub]
-                 [--ip 127.0.0.1] [--port 8000]
+    ./course hub [--students N | --roster roster.csv] [--instructor NAME] [--student-prefix PREFIX]
+                 [--dir /srv/attncourse-hub] [--ip 127.0.0.1] [--port 8000]
 
 What it sets up (deploy/README.md is the instructor's page):
 
 * Unix users: the instructor and ``PREFIX1`` … ``PREFIXN``, created with ``useradd`` when missing; every
-  account gets a fresh random password, printed once (PAM checks it at the hub's login page).
+  account gets a fresh random password, printed once (PAM checks it at the hub's login page). With
+  ``--roster``, one student account per ``id`` of the CSV. Every student is put in the course's gradebook
+  with the roster's names (formgrader lists them; the LMS export names them); without names, by login.
 * ``DIR/exchange``: nbgrader's exchange, mode 0777 as nbgrader documents (nbgrader itself makes the
   course's ``inbound`` write-only for students and ``outbound`` read-only).
 * ``DIR/venv``: the Python every user's server and kernels run: a view of this checkout's ``.venv`` (its
@@ -130,6 +132,47 @@ def ensure_user(name: str, home_base: str | None = None) -> str:
     home = Path(pwd.getpwnam(name).pw_dir)
     home.chmod(0o700)  # nobody else reads a user's files (their fetched and submitted work)
     return password
+
+
+ROSTER_FIELDS = ("first_name", "last_name", "email", "lms_user_id")
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+
+
+def read_roster(path: Path) -> dict[str, dict]:
+    """{login: {first_name, last_name, email, lms_user_id}} from a CSV in nbgrader's ``db student import`` layout:
+    a header row with ``id`` (the login, a Unix user name) and any of the other four columns."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or "id" not in rows[0]:
+        raise HubError(f"{path}: a roster needs a header row with an 'id' column (and first_name, last_name, ...)")
+    out = {}
+    for n, row in enumerate(rows, 2):
+        login = (row.get("id") or "").strip()
+        if not USER_NAME.fullmatch(login):
+            raise HubError(f"{path}, line {n}: {login!r} is not a Unix user name (lower case, digits, _ and -)")
+        out[login] = {k: (row.get(k) or "").strip() or None for k in ROSTER_FIELDS}
+    return out
+
+
+def register_students(course: Path, instructor: str, roster: dict[str, dict]):
+    """Put the students, with their names, in the course's gradebook (formgrader lists them, the LMS export
+    names them); an account without a name is listed by its login."""
+    from nbgrader.api import Gradebook
+
+    from instructor.config import course_db
+
+    db_url, cid = course_db(course)
+    with Gradebook(db_url, cid) as gb:
+        for login, fields in roster.items():
+            if not (fields.get("first_name") or fields.get("last_name")):
+                fields = {**fields, "last_name": login, "first_name": ""}
+            gb.update_or_create_student(login, **{k: v for k, v in fields.items() if v is not None})
+    db = course / "gradebook.db"
+    if db.exists():   # SQLite (the default): the instructor's file; PostgreSQL needs nothing here
+        pw = pwd.getpwnam(instructor)
+        os.chown(db, pw.pw_uid, pw.pw_gid)
 
 
 def remove_user(name: str):
@@ -281,9 +324,12 @@ def shared_venv(dest: Path, python: str) -> Path:
 
 
 # -- the hub's folder ------------------------------------------------------------------------------
-def prepare(hubdir: Path, instructor: str, students: list[str], ip: str = "127.0.0.1", port: int = 8000,
-            home_base: str | None = None) -> dict:
-    """Users, exchange, package copy, per-role config and the instructor's course; returns {user: password}."""
+def prepare(hubdir: Path, instructor: str, students: list[str] | dict[str, dict], ip: str = "127.0.0.1",
+            port: int = 8000, home_base: str | None = None) -> dict:
+    """Users, exchange, package copy, per-role config and the instructor's course; returns {user: password}.
+    ``students``: logins, or a roster {login: {first_name, last_name, email, lms_user_id}}."""
+    roster = students if isinstance(students, dict) else {login: {} for login in students}
+    students = list(roster)
     hubdir = Path(hubdir)
     passwords = {name: ensure_user(name, home_base) for name in [instructor, *students]}
     hubdir.mkdir(parents=True, exist_ok=True)
@@ -302,6 +348,7 @@ def prepare(hubdir: Path, instructor: str, students: list[str], ip: str = "127.0
         (course / ".venv").symlink_to(venv)
         _chown_tree(course, instructor)
     course.chmod(0o700)
+    register_students(course, instructor, roster)
 
     exchange_cfg = (f"c.CourseDirectory.course_id = {cid!r}\n"
                     f"c.Exchange.root = {str(exchange)!r}\n")
@@ -424,6 +471,8 @@ def main(argv=None) -> int:
     ap.add_argument("--students", type=int, default=2, help="how many student accounts (default 2)")
     ap.add_argument("--instructor", default="instructor", help="the instructor's user name (default: instructor)")
     ap.add_argument("--student-prefix", default="student", help="students are PREFIX1 … PREFIXN (default: student)")
+    ap.add_argument("--roster", default=None, help="a CSV in nbgrader's 'db student import' layout (id, first_name, "
+                    "last_name, email, lms_user_id): one account per id, names in the gradebook (instead of --students)")
     ap.add_argument("--dir", default=str(DEFAULT_DIR), help=f"the hub's folder (default {DEFAULT_DIR})")
     ap.add_argument("--ip", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
@@ -433,7 +482,12 @@ def main(argv=None) -> int:
     if reason:
         print(f"./course hub: {reason}", file=sys.stderr)
         return 2
-    students = [f"{args.student_prefix}{i}" for i in range(1, args.students + 1)]
+    try:
+        students = (read_roster(Path(args.roster)) if args.roster
+                    else [f"{args.student_prefix}{i}" for i in range(1, args.students + 1)])
+    except (HubError, OSError) as exc:
+        print(f"./course hub: {exc}", file=sys.stderr)
+        return 2
     passwords = prepare(Path(args.dir), args.instructor, students, args.ip, args.port, args.home_base)
     closed = close_checkout()
     if closed:

@@ -1,0 +1,48 @@
+"""./course hub --roster: nbgrader's roster CSV becomes the student accounts and the gradebook's names (formgrader
+listed students as "None, None" when nobody had given names); no hub, no root needed."""
+from __future__ import annotations
+
+import getpass
+import shutil
+
+import pytest
+
+from instructor.hub import HubError, read_roster, register_students
+from tests.harness import ROOT
+
+
+def test_a_roster_names_the_students_in_the_gradebook(tmp_path):
+    from nbgrader.api import Gradebook
+
+    from instructor.config import course_db
+    from instructor.export import CanvasExportPlugin
+
+    roster = tmp_path / "roster.csv"
+    roster.write_text("id,first_name,last_name,email,lms_user_id\n"
+                      "alovelace,Ada,Lovelace,ada@example.org,A-17\n"
+                      "student2,,,,\n", encoding="utf-8")
+    students = read_roster(roster)
+    assert list(students) == ["alovelace", "student2"]
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    register_students(course, getpass.getuser(), students)
+    register_students(course, getpass.getuser(), students)           # again (./course hub run twice): no error
+    db_url, cid = course_db(course)
+    assert db_url == f"sqlite:///{course / 'gradebook.db'}"
+    with Gradebook(db_url, cid) as gb:
+        got = {s.id: (s.first_name, s.last_name, s.email, s.lms_user_id) for s in gb.students}
+        rows = CanvasExportPlugin().rows(gb)
+    assert got == {"alovelace": ("Ada", "Lovelace", "ada@example.org", "A-17"),
+                   "student2": ("", "student2", None, None)}      # formgrader shows "student2, ", not "None, None"
+    assert [r[:4] for r in rows[2:]] == [["Lovelace, Ada", "", "A-17", "alovelace"], ["student2", "", "", "student2"]]
+
+
+@pytest.mark.parametrize("text, why", [("login,first_name\nbob,Bob\n", "'id' column"),
+                                       ("id,first_name\nBob Smith,Bob\n", "not a Unix user name"),
+                                       ("", "'id' column")])
+def test_a_roster_that_cannot_make_accounts_is_refused_in_one_line(tmp_path, text, why):
+    roster = tmp_path / "roster.csv"
+    roster.write_text(text, encoding="utf-8")
+    with pytest.raises(HubError, match=why):
+        read_roster(roster)
