@@ -168,6 +168,7 @@ def register_students(course: Path, instructor: str, roster: dict[str, dict]):
         for login, fields in roster.items():
             if not (fields.get("first_name") or fields.get("last_name")):
                 fields = {**fields, "last_name": login, "first_name": ""}
+            fields = {"email": "", **{k: v for k, v in fields.items() if v is not None}}   # formgrader shows None
             gb.update_or_create_student(login, **{k: v for k, v in fields.items() if v is not None})
     db = course / "gradebook.db"
     if db.exists():   # SQLite (the default): the instructor's file; PostgreSQL needs nothing here

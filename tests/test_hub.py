@@ -98,8 +98,10 @@ class HubRun:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180):
-        cmd = [str(ROOT / "course"), "hub", "--students", "2", "--instructor", self.instructor,
-               "--student-prefix", self.students[0][:-1], "--dir", str(self.hubdir), "--port", str(self.port)]
+        roster = self.hubdir.parent / f"{self.hubdir.name}-roster.csv"    # names for one student, none for the other
+        roster.write_text(f"id,first_name,last_name\n{self.students[0]},Ada,Lovelace\n{self.students[1]},,\n")
+        cmd = [str(ROOT / "course"), "hub", "--roster", str(roster), "--instructor", self.instructor,
+               "--dir", str(self.hubdir), "--port", str(self.port)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER", "ATTNCOURSE_"))}
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
@@ -444,6 +446,15 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/gradebook/{SECTION}/{SECTION}")
         ipage.locator("tr").filter(has_text=hub.students[1]).wait_for()
         shot(ipage, test, "22-formgrader-manual-grading")
+
+        # formgrader's Manage Students: ./course hub put the roster in the gradebook (names, else the login)
+        ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_students")
+        for s, name in zip(hub.students, ("Lovelace, Ada", f"{hub.students[1]},")):
+            student_row = ipage.locator("tr").filter(has_text=s).first
+            student_row.wait_for()
+            text = student_row.inner_text()
+            assert text.startswith(name) and "None" not in text, text
+        shot(ipage, test, "22b-formgrader-students")
 
         # 5. feedback: generated and released in formgrader
         row = _assignment_row(ipage, hub)
