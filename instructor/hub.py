@@ -106,7 +106,7 @@ def why_not() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         broken = [str(exc)]
     if broken:
-        return f"configurable-http-proxy cannot run here (it needs Node.js 20 or newer): {broken[0][:200]}"
+        return f"configurable-http-proxy cannot run here (the pinned 5.1.0 needs Node.js 18 or newer): {broken[0][:200]}"
     venv = Path(sys.prefix)
     for p in [venv, *venv.parents]:
         mode = p.stat().st_mode
@@ -221,7 +221,8 @@ def base_python(dest: Path) -> tuple[str, str | None]:
     The venv's own interpreter when every user can run it (a system Python); otherwise (pyenv's under /root, a
     folder only root can enter) a copy of it in ``dest``: the binary, its ``libpython`` and the standard library
     without ``site-packages`` and ``test`` (about 100 MB). A copy, not another build of the same minor version:
-    patch releases differ in ways packages notice (soupsieve under Debian's 3.11.2 fails nbgrader's feedback).
+    pip chose the venv's packages for this very patch release (soupsieve 4.x, built by a 3.11.7, needs 3.11.5
+    and cannot compile a CSS selector under Debian's 3.11.2).
     """
     own = os.path.realpath(sys.executable)
     if _others_can_run(own):
