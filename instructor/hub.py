@@ -84,6 +84,15 @@ def proxy_command() -> str | None:
     return shutil.which("configurable-http-proxy")
 
 
+def _proxy_needs() -> str:
+    """What the installed proxy asks of Node.js, from its package.json (5.1.0, the pin: ">= 18", Debian 12's 18.20)."""
+    try:
+        pkg = json.loads((DEPLOY / "node_modules" / "configurable-http-proxy" / "package.json").read_text())
+        return f"configurable-http-proxy {pkg['version']} needs Node.js {pkg['engines']['node']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "deploy/package-lock.json names the Node.js it needs"
+
+
 def why_not() -> str | None:
     """None where the hub can run here, else what is missing (one line)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
@@ -106,7 +115,7 @@ def why_not() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         broken = [str(exc)]
     if broken:
-        return f"configurable-http-proxy cannot run here (the pinned 5.1.0 needs Node.js 18 or newer): {broken[0][:200]}"
+        return f"configurable-http-proxy cannot run here ({_proxy_needs()}): {broken[0][:200]}"
     venv = Path(sys.prefix)
     for p in [venv, *venv.parents]:
         mode = p.stat().st_mode
