@@ -86,6 +86,15 @@ def proxy_command() -> str | None:
     return shutil.which("configurable-http-proxy")
 
 
+def _proxy_needs() -> str:
+    """What the installed proxy asks of Node.js, from its package.json (5.1.0, the pin: ">= 18", Debian 12's 18.20)."""
+    try:
+        pkg = json.loads((DEPLOY / "node_modules" / "configurable-http-proxy" / "package.json").read_text())
+        return f"configurable-http-proxy {pkg['version']} needs Node.js {pkg['engines']['node']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "deploy/package-lock.json names the Node.js it needs"
+
+
 def why_not() -> str | None:
     """None where the hub can run here, else what is missing (one line)."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
@@ -108,7 +117,7 @@ def why_not() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         broken = [str(exc)]
     if broken:
-        return f"configurable-http-proxy cannot run here (it needs Node.js 20 or newer): {broken[0][:200]}"
+        return f"configurable-http-proxy cannot run here ({_proxy_needs()}): {broken[0][:200]}"
     venv = Path(sys.prefix)
     for p in [venv, *venv.parents]:
         mode = p.stat().st_mode
@@ -265,7 +274,8 @@ def base_python(dest: Path) -> tuple[str, str | None]:
     The venv's own interpreter when every user can run it (a system Python); otherwise (pyenv's under /root, a
     folder only root can enter) a copy of it in ``dest``: the binary, its ``libpython`` and the standard library
     without ``site-packages`` and ``test`` (about 100 MB). A copy, not another build of the same minor version:
-    patch releases differ in ways packages notice (soupsieve under Debian's 3.11.2 fails nbgrader's feedback).
+    pip chose the venv's packages for this very patch release (soupsieve 4.x, built by a 3.11.7, needs 3.11.5
+    and cannot compile a CSS selector under Debian's 3.11.2).
     """
     own = os.path.realpath(sys.executable)
     if _others_can_run(own):
