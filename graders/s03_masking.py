@@ -315,7 +315,7 @@ FIXED_CAUSAL = Exercise(
                 "remaining weights of each row no longer sum to 1 (each row was normalised over the future keys "
                 "too). Fill the blocked scores with -inf BEFORE the softmax.",
                 patch(FIXED_REF, 'scores.masked_fill(future, float("-inf")).softmax(dim=-1)',
-                              "scores.softmax(dim=-1).masked_fill(future, 0.0)")),
+                      "scores.softmax(dim=-1).masked_fill(future, 0.0)")),
         Mistake("fill_zero", "the blocked scores are filled with 0 before the softmax: 0 is an ordinary score, so "
                 "the future keys still get weight exp(0) / sum. Fill them with float('-inf').",
                 patch(FIXED_REF, 'float("-inf")).softmax', "0.0).softmax")),

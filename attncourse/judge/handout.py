@@ -12,7 +12,7 @@ from __future__ import annotations
 from nbgrader.preprocessors import NbGraderPreprocessor
 from traitlets import Unicode
 
-from .preprocessors import _CourseRoot
+from .preprocessors import _CourseRoot, _section
 
 
 class HandOut(_CourseRoot, NbGraderPreprocessor):
@@ -30,6 +30,6 @@ class HandOut(_CourseRoot, NbGraderPreprocessor):
                 cell.source = handouts[gid]
                 missing.discard(gid)
         if missing:
-            raise RuntimeError(f"{(resources.get('nbgrader') or {}).get('assignment')}: no solution cell named "
-                               f"{sorted(missing)[0]} for its find-the-bug handout: run ./course build")
+            raise RuntimeError(f"{_section(resources)}: no solution cell named {sorted(missing)[0]} for its "
+                               "find-the-bug handout: run ./course build")
         return nb, resources

@@ -174,13 +174,9 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
         names = labels or [f"value {i}" for i in range(len(expected))]
     else:
         parts, names = [(got, expected)], [labels[0] if labels else "the result"]
-    converted, nonfinite = [], None
-    for (g, e), name in zip(parts, names):
-        problem, value = check_part(g, e, name, cmp)
-        if problem and not isinstance(problem, NonFinite):
-            return problem
-        nonfinite = nonfinite or problem
-        converted.append(value)
+    nonfinite, converted = _check_parts([(g, e, name) for (g, e), name in zip(parts, names)], cmp)
+    if converted is None:
+        return nonfinite
     if cmp.meta:
         return None
     value = tuple(converted) if isinstance(expected, tuple) else converted[0]
@@ -237,6 +233,19 @@ class NonFinite(str):
     e.g. an inverted mask that leaves a row with no key); if none does, this general message is shown."""
 
 
+def _check_parts(parts, cmp: Cmp):
+    """:func:`check_part` over ``(got, expected, name)`` triples: ``(problem, values)``.  The first problem that
+    has no value ends it (values ``None``); a :class:`NonFinite` one is kept (the first) and the values go on."""
+    values, nonfinite = [], None
+    for g, e, name in parts:
+        problem, value = check_part(g, e, name, cmp)
+        if problem and not isinstance(problem, NonFinite):
+            return problem, None
+        nonfinite = nonfinite or problem
+        values.append(value)
+    return nonfinite, values
+
+
 def check_part(g: Got, e, name: str, cmp: Cmp):
     """Type/device/dtype/shape/finiteness of one returned value; returns (problem, plain value).  A
     :class:`NonFinite` problem comes with the value; any other problem with ``None``."""
@@ -283,14 +292,7 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
             return f"{name} should be a list, got {g.describe()}", None
         if len(g.items) != len(e):
             return f"{name} has {len(g.items)} items, expected {len(e)}", None
-        out, nonfinite = [], None
-        for i, (gi, ei) in enumerate(zip(g.items, e)):
-            problem, p = check_part(gi, ei, f"{name}[{i}]", cmp)
-            if problem and not isinstance(problem, NonFinite):
-                return problem, None
-            nonfinite = nonfinite or problem
-            out.append(p)
-        return nonfinite, out
+        return _check_parts([(gi, ei, f"{name}[{i}]") for i, (gi, ei) in enumerate(zip(g.items, e))], cmp)
     if isinstance(e, dict):
         if g.kind != "dict":
             return f"{name} should be a dict, got {g.describe()}", None
@@ -298,14 +300,8 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
         missing = [k for k in e if k not in have]
         if missing:
             return f"{name} is missing the keys {missing}", None
-        out, nonfinite = {}, None
-        for k in e:
-            problem, p = check_part(have[k], e[k], f"{name}[{k!r}]", cmp)
-            if problem and not isinstance(problem, NonFinite):
-                return problem, None
-            nonfinite = nonfinite or problem
-            out[k] = p
-        return nonfinite, out
+        problem, values = _check_parts([(have[k], e[k], f"{name}[{k!r}]") for k in e], cmp)
+        return problem, (None if values is None else dict(zip(e, values)))
     if isinstance(e, str):
         if g.kind != "str":
             return f"{name} should be a str, got {g.describe()}", None
