@@ -73,10 +73,13 @@ def _readable_by_all(tree) -> None:
                 os.chmod(p, 0o755 if os.access(p, os.X_OK) else 0o644)
 
 def course_id(root: Path = ROOT) -> str:
-    m = re.search(r'CourseDirectory\.course_id\s*=\s*"([^"]+)"', (root / "nbgrader_config.py").read_text())
-    if not m:
+    """The course id nbgrader_config.py sets (loaded as nbgrader loads it)."""
+    from instructor.config import load_config
+
+    cid = load_config(root).get("CourseDirectory", {}).get("course_id")
+    if not cid:
         raise HubError("nbgrader_config.py sets no CourseDirectory.course_id")
-    return m.group(1)
+    return cid
 
 
 def proxy_command() -> str | None:
@@ -175,10 +178,10 @@ def register_students(course: Path, instructor: str, roster: dict[str, dict]):
     db_url, cid = course_db(course)
     with Gradebook(db_url, cid) as gb:
         for login, fields in roster.items():
-            if not (fields.get("first_name") or fields.get("last_name")):
-                fields = {**fields, "last_name": login, "first_name": ""}
-            fields = {"email": "", **{k: v for k, v in fields.items() if v is not None}}   # formgrader shows None
-            gb.update_or_create_student(login, **{k: v for k, v in fields.items() if v is not None})
+            given = {k: v for k, v in fields.items() if v is not None}
+            if not (given.get("first_name") or given.get("last_name")):
+                given.update(last_name=login, first_name="")
+            gb.update_or_create_student(login, **{"email": "", **given})   # formgrader shows a missing value as None
     db = course / "gradebook.db"
     if db.exists():   # SQLite (the default): the instructor's file; PostgreSQL needs nothing here
         pw = pwd.getpwnam(instructor)
@@ -191,16 +194,22 @@ def remove_user(name: str):
     subprocess.run(["userdel", "--remove", "--force", name], capture_output=True, text=True)
 
 
-def kill_user_processes(names) -> int:
-    """SIGTERM, then SIGKILL, every process owned by one of the users ``names``; return how many there were."""
-    import psutil
-
+def user_ids(names) -> set[int]:
+    """The uids of those of the users ``names`` that exist."""
     uids = set()
     for n in names:
         try:
             uids.add(pwd.getpwnam(n).pw_uid)
         except KeyError:
             pass
+    return uids
+
+
+def kill_user_processes(names) -> int:
+    """SIGTERM, then SIGKILL, every process owned by one of the users ``names``; return how many there were."""
+    import psutil
+
+    uids = user_ids(names)
     if not uids or 0 in uids:
         return 0
 

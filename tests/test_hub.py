@@ -166,12 +166,9 @@ class HubRun:
         """Processes still running that belong to this hub: its users' or any naming its folder or port."""
         import psutil
 
-        uids = set()
-        for u in self.users:
-            try:
-                uids.add(pwd.getpwnam(u).pw_uid)
-            except KeyError:
-                pass
+        from instructor.hub import user_ids
+
+        uids = user_ids(self.users)
         left = []
         for p in psutil.process_iter(["pid", "uids", "cmdline"]):
             try:
@@ -212,23 +209,6 @@ def hub():
         for user in run.users:
             remove_user(user)
         shutil.rmtree(hubdir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import Error, sync_playwright
-
-    from tests.browser import chromium_path
-
-    pw = sync_playwright().start()
-    try:
-        b = pw.chromium.launch(executable_path=chromium_path())
-    except Error as exc:
-        pw.stop()
-        pytest.skip(f"{chromium_path()} cannot start here: {str(exc).splitlines()[0][:300]}")
-    yield b
-    b.close()
-    pw.stop()
 
 
 class Pages:
@@ -329,8 +309,8 @@ def test_hub_refuses_in_one_line(monkeypatch, capsys):
 
 
 @pytest.fixture
-def pages(browser, hub):
-    p = Pages(browser, hub)
+def pages(chromium, hub):
+    p = Pages(chromium, hub)
     yield p
     p.close()   # after the failure report has saved the page (tests.browser.pytest_runtest_makereport)
 
