@@ -61,6 +61,29 @@ def why_no_browser() -> str | None:
     return None
 
 
+# -- the browser --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless chromium for a test module (Debian's, driven by Playwright); skips, saying why, where none runs."""
+    reason = why_no_browser()
+    if reason:
+        pytest.skip(f"no browser here: {reason}")
+    from playwright.sync_api import Error, sync_playwright
+
+    pw = sync_playwright().start()
+    try:
+        browser = pw.chromium.launch(executable_path=chromium_path())
+    except Error as exc:
+        pw.stop()
+        # the reason, and the browser's own last words (its log follows the launch command)
+        lines = str(exc).splitlines()
+        said = [ln.strip() for ln in lines if "[err]" in ln or "exit" in ln]
+        pytest.skip(f"{chromium_path()} cannot start here: {' | '.join(lines[:1] + said[-3:])[:600]}")
+    yield browser
+    browser.close()
+    pw.stop()
+
+
 # -- notebooks with a student's work ------------------------------------------------------------
 def solution_cells(source_nb, skip=()) -> dict:
     """grade_id -> the instructor's solution (without nbgrader's delimiters), for every solution cell."""

@@ -77,6 +77,13 @@ class Course:
         for name in sections or [p.name for p in (ROOT / "source").iterdir() if p.is_dir()]:
             write_course(self.root, course_files(ROOT, name), name)
 
+    @classmethod
+    def open(cls, root: Path) -> "Course":
+        """A course folder that exists already (written by this class, or edited in JupyterLab), as it is."""
+        course = cls.__new__(cls)
+        course.root = Path(root)
+        return course
+
     def nbgrader(self, *args, timeout=1800, check=True) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=course_env(),
                               capture_output=True, text=True, timeout=timeout)

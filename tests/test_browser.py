@@ -24,7 +24,7 @@ import nbformat
 import pytest
 
 pytest.register_assert_rewrite("browser")
-from tests.browser import ARTIFACTS, PANEL, Lab, NotebookPage, page_text, student_work, why_no_browser  # noqa: E402
+from tests.browser import ARTIFACTS, PANEL, Lab, NotebookPage, page_text, student_work  # noqa: E402
 from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, course_env, read_nb  # noqa: E402
 
 pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test (browser.pytest_runtest_makereport)
@@ -69,29 +69,6 @@ def shot(page, test: str, step: str):
 
 
 # -- fixtures: one browser, one course copy, one JupyterLab for the module ------------------------
-@pytest.fixture(scope="module")
-def chromium():
-    reason = why_no_browser()
-    if reason:
-        pytest.skip(f"no browser here: {reason}")
-    from playwright.sync_api import Error, sync_playwright
-
-    from tests.browser import chromium_path
-
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=chromium_path())
-    except Error as exc:
-        pw.stop()
-        # the reason, and the browser's own last words (its log follows the launch command)
-        lines = str(exc).splitlines()
-        said = [ln.strip() for ln in lines if "[err]" in ln or "exit" in ln]
-        pytest.skip(f"{chromium_path()} cannot start here: {' | '.join(lines[:1] + said[-3:])[:600]}")
-    yield browser
-    browser.close()
-    pw.stop()
-
-
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     served = tmp_path_factory.mktemp("browser")
@@ -492,8 +469,7 @@ def test_instructor_edits_a_section_in_jupyterlab_and_builds_it(chromium, page, 
     assert (nbformat.read(str(src), as_version=4).cells[0].source ==
             read_nb(ROOT / "source" / EDITED / f"{EDITED}.ipynb").cells[0].source)   # the rest untouched
     # the edited instructor notebook, submitted and graded in that course: full marks
-    course = Course.__new__(Course)
-    course.root = root
+    course = Course.open(root)
     course.generate(EDITED)
     course.submit("instructor", EDITED, read_nb(src))
     course.autograde(EDITED, "instructor")

@@ -43,24 +43,21 @@ def graded(section: str, tmp_root: str):
     spec = load_section(section) if section in available_sections() else None
     with open(folder / f"{section}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if done.is_file():
-            course = Course.__new__(Course)
-            course.root = root
-            source = course.source_nb(section)
-            subs, rounds = _submissions(spec, source, course.release_nb(section))
-            results = {s: (scores, messages) for s, (scores, messages) in json.loads(done.read_text()).items()}
-            return course, spec, source, rounds, results
-        course = Course(root, [section])
-        course.generate(section)
-        source = course.source_nb(section)
-        subs, rounds = _submissions(spec, source, course.release_nb(section))
-        for student, nb in subs.items():
-            course.submit(student, section, nb)
-        course.autograde(section)
-        results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
-        _write_score_table(section, rounds, results)
-        done.write_text(json.dumps(results))
-        return course, spec, source, rounds, results
+        if not done.is_file():
+            course = Course(root, [section])
+            course.generate(section)
+            subs, rounds = _submissions(spec, course.source_nb(section), course.release_nb(section))
+            for student, nb in subs.items():
+                course.submit(student, section, nb)
+            course.autograde(section)
+            results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
+            _write_score_table(section, rounds, results)
+            done.write_text(json.dumps(results))
+    course = Course.open(root)     # every worker reads the same: the course folder and the results file
+    source = course.source_nb(section)
+    _, rounds = _submissions(spec, source, course.release_nb(section))
+    results = {s: (scores, messages) for s, (scores, messages) in json.loads(done.read_text()).items()}
+    return course, spec, source, rounds, results
 
 
 def _submissions(spec, source, release):

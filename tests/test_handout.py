@@ -63,8 +63,7 @@ def test_release_shows_the_handout_and_the_source_keeps_the_fix(built):
 
 
 def test_untouched_handout_earns_nothing_and_is_named(built):
-    course = Course.__new__(Course)
-    course.root = built
+    course = Course.open(built)
     source = read_nb(built / "source" / SECTION / f"{SECTION}.ipynb")
     course.submit("blank", SECTION, read_nb(built / "release" / SECTION / f"{SECTION}.ipynb"))
     course.submit("instructor", SECTION, source)
