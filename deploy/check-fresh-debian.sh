@@ -96,8 +96,7 @@ for conf in /etc/pip.conf /etc/xdg/pip/pip.conf "$HOME/.config/pip/pip.conf" "$H
     else mkdir -p "$(dirname "$ROOTDIR$p")"; cp "$p" "$ROOTDIR$p"; fi
   done
 done
-[ "$AGAIN" = 0 ] || exec_from=3
-if [ -z "${exec_from:-}" ]; then
+if [ "$AGAIN" = 0 ]; then
 # "<this repository>": a clone of this checkout's committed HEAD
 git clone -q --bare "$REPO" "$ROOTDIR/srv/attention-transformers.git"
 git -C "$ROOTDIR/srv/attention-transformers.git" symbolic-ref HEAD "refs/heads/$(git -C "$REPO" rev-parse --abbrev-ref HEAD)" \
