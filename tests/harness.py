@@ -144,6 +144,18 @@ class Course:
                 if c.metadata.get("nbgrader", {}).get("grade")}
 
 
+def setup_output(course, section: str, student: str) -> str:
+    """What the autograded notebook's setup cell printed (an error or a timeout shows here), for a failure message."""
+    try:
+        nb = course.autograded_nb(section, student)
+    except Exception as e:  # noqa: BLE001
+        return f"(no autograded notebook: {e})"
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") == "setup":
+            return cell_text(c)[-1500:] or "(nothing)"
+    return "(no setup cell)"
+
+
 # -- the corpus of adversarial and broken submissions (tests/corpus/) ---------------------------
 CORPUS_SECTION = "02_qkv_by_hand"
 CORPUS_CELL = "sdpa"                      # solution cell of scaled_dot_product_attention
@@ -173,8 +185,13 @@ def slim(nb):
     return nb
 
 
-def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | None = None):
-    """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via instructor/serial.py."""
+def grade_corpus(batch: str, root: Path, timeout: int = 60, check_timeout: int = 30, extra_env: dict | None = None):
+    """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via instructor/serial.py.
+
+    ``timeout`` is nbgrader's per-cell limit: the course's own 60 s by default.  The setup cell takes ~2 s on an
+    idle 2-core machine but went past a 10 s limit on a loaded CI machine (three submissions lost every cell to
+    "GRADER is not defined"), so a batch that does not test timeouts keeps the course's limit.
+    """
     from instructor.serial import grade
 
     section = CORPUS_SECTION
@@ -200,7 +217,7 @@ def grade_corpus(batch: str, root: Path, timeout: int = 10, extra_env: dict | No
     if batch == "tamper":  # each trick's honest base: the same code without the trick
         for key, make in corpus_bases(cases, source, release).items():
             course.submit(key, section, make())
-    env = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "30"}
+    env = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": str(check_timeout)}
     env.update(extra_env or {})
     course.submitted_before = tree_hashes(course.root / "submitted")
     report = grade(section, course.root, timeout=timeout, log=lambda *a: None, extra_env=env)
@@ -313,6 +330,8 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
                 for gid in set(graded) - sdpa_related:
                     if cells[gid][0] != cells[gid][1]:
                         problems.append(f"{name}: other exercise's cell {gid} lost marks {cells[gid]}")
+                if any(cells[g][0] != cells[g][1] for g in set(graded) - sdpa_related):
+                    problems.append(f"{name}: its setup cell printed: {setup_output(course, section, name)}")
         shows = getattr(mod, "SHOWS", None)
         if shows:
             text = "\n".join(t for g, t in e["failures"] if g in sdpa_related)
