@@ -34,9 +34,11 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 c.CourseDirectory.include = ["*"]
 c.CourseDirectory.max_file_size = 2000  # kB; a huge submission file is skipped, not copied
 
-# Every section runs in seconds; one cell may take at most 60 s (an infinite loop
-# in a student's function is interrupted there, and only the checks that call it score zero).
-c.Execute.timeout = 60
+# One cell may take at most 180 s.  Graded calls have their own 20 s alarm (an infinite loop in a
+# student's function fails only the checks that call it); this is the backstop for everything else.
+# The longest cell, 09's training, takes 24 s on an idle 2-core laptop and 3-4x that on a machine
+# that grades several notebooks at once, so 60 s was too tight.
+c.Execute.timeout = 180
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "python3"
 c.Execute.execute_retries = 0

@@ -185,12 +185,13 @@ def slim(nb):
     return nb
 
 
-def grade_corpus(batch: str, root: Path, timeout: int = 60, check_timeout: int = 30, extra_env: dict | None = None):
+def grade_corpus(batch: str, root: Path, timeout: int | None = None, check_timeout: int = 30,
+                 extra_env: dict | None = None):
     """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via instructor/serial.py.
 
-    ``timeout`` is nbgrader's per-cell limit: the course's own 60 s by default.  The setup cell takes ~2 s on an
-    idle 2-core machine but went past a 10 s limit on a loaded CI machine (three submissions lost every cell to
-    "GRADER is not defined"), so a batch that does not test timeouts keeps the course's limit.
+    ``timeout`` is nbgrader's per-cell limit: the course's own (nbgrader_config.py) by default.  The setup cell
+    takes ~2 s on an idle 2-core machine but went past a 10 s limit on a loaded CI machine (three submissions lost
+    every cell to "GRADER is not defined"), so a batch that does not test timeouts keeps the course's limit.
     """
     from instructor.serial import grade
 
