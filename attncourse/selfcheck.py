@@ -38,8 +38,11 @@ def _course_root():
     return root
 
 
-def run_check(section: str, notebook: Path | None = None, root: Path | None = None, timeout: int = 60) -> dict:
-    """Autograde a copy of the saved notebook; return {'exercises': [...], 'score', 'max_score', 'seconds'}."""
+def run_check(section: str, notebook: Path | None = None, root: Path | None = None, timeout: int | None = None) -> dict:
+    """Autograde a copy of the saved notebook; return {'exercises': [...], 'score', 'max_score', 'seconds'}.
+
+    ``timeout``: seconds one cell may run (default: the course's nbgrader_config.py).
+    """
     from .judge.autograded import grade_cells
     from .judge.files import MAX_NOTEBOOK_BYTES, Refused, read_regular
     from .judge.scratch import course_files, write_course
@@ -70,7 +73,8 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
                              capture_output=True, text=True)
         if gen.returncode != 0:
             raise SystemExit("could not prepare the check:\n" + gen.stdout[-1500:] + gen.stderr[-1500:])
-        ag = subprocess.run(py + ["autograde", section, "--create", "--force", f"--Execute.timeout={timeout}"],
+        limit = [f"--Execute.timeout={timeout}"] if timeout else []
+        ag = subprocess.run(py + ["autograde", section, "--create", "--force", *limit],
                             cwd=tmp, env=env, capture_output=True, text=True)
         graded = tmp / "autograded" / "me" / section / f"{section}.ipynb"
         if not graded.is_file():
