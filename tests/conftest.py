@@ -1,6 +1,12 @@
 """Test settings: plotting off-screen, transformers offline (the course never reaches a model hub)."""
 import os
 
+import pytest
+
+# tests/browser.py is both a helper module and a plugin (pytest_plugins in the browser and hub tests): rewrite its
+# asserts when first imported, so registering it as a plugin afterwards does not warn "already imported".
+pytest.register_assert_rewrite("tests.browser")
+
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
