@@ -54,15 +54,21 @@ def cell_text(cell) -> str:
     """Everything a cell printed: streams, results and tracebacks (ANSI stripped)."""
     import re
 
-    parts = []
+    parts, last = [], None
     for out in cell.get("outputs", []):
         if out.output_type == "stream":
-            parts.append(out.text)
+            # one print() may reach the notebook as several stream outputs (the kernel flushed between
+            # "text" and "\n"): consecutive chunks of one stream are one text, however it was chunked
+            if last is not None and last.output_type == "stream" and last.name == out.name:
+                parts[-1] += out.text
+            else:
+                parts.append(out.text)
         elif out.output_type == "error":
             parts.append(f"{out.ename}: {out.evalue}")
             parts.extend(out.traceback)
         elif "data" in out:
             parts.append(str(out.data.get("text/plain", "")))
+        last = out
     return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
 
 
