@@ -23,9 +23,8 @@ from bisect import bisect_left
 import nbformat
 import pytest
 
-pytest.register_assert_rewrite("browser")
-from tests.browser import ARTIFACTS, PANEL, Lab, NotebookPage, page_text, student_work  # noqa: E402
-from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, course_env, read_nb  # noqa: E402
+from tests.browser import ARTIFACTS, PANEL, Lab, NotebookPage, page_text, student_work
+from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, course_env, read_nb
 
 pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test (browser.pytest_runtest_makereport)
 pytestmark = pytest.mark.xdist_group("browser")

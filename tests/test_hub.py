@@ -33,11 +33,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-pytest.register_assert_rewrite("browser")
-from tests.browser import (  # noqa: E402
+from tests.browser import (
     ARTIFACTS, LAB_SETTINGS, NotebookPage, _free_port, student_work, why_no_browser,
 )
-from tests.harness import CORPUS_CELL, ROOT, read_nb  # noqa: E402
+from tests.harness import CORPUS_CELL, ROOT, read_nb
 
 pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test
 pytestmark = pytest.mark.xdist_group("hub")
