@@ -344,11 +344,10 @@ def shared_venv(dest: Path, python: str) -> Path:
 
 
 # -- the hub's folder ------------------------------------------------------------------------------
-def prepare(hubdir: Path, instructor: str, students: list[str] | dict[str, dict], ip: str = "127.0.0.1",
+def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "127.0.0.1",
             port: int = 8000, home_base: str | None = None) -> dict:
     """Users, exchange, package copy, per-role config and the instructor's course; returns {user: password}.
-    ``students``: logins, or a roster {login: {first_name, last_name, email, lms_user_id}}."""
-    roster = students if isinstance(students, dict) else {login: {} for login in students}
+    ``roster``: {login: {first_name, last_name, email, lms_user_id}} (:func:`read_roster`; ``{}`` for no names)."""
     students = list(roster)
     hubdir = Path(hubdir)
     passwords = {name: ensure_user(name, home_base) for name in [instructor, *students]}
@@ -503,12 +502,12 @@ def main(argv=None) -> int:
         print(f"./course hub: {reason}", file=sys.stderr)
         return 2
     try:
-        students = (read_roster(Path(args.roster)) if args.roster
-                    else [f"{args.student_prefix}{i}" for i in range(1, args.students + 1)])
+        roster = (read_roster(Path(args.roster)) if args.roster
+                  else {f"{args.student_prefix}{i}": {} for i in range(1, args.students + 1)})
     except (HubError, OSError) as exc:
         print(f"./course hub: {exc}", file=sys.stderr)
         return 2
-    passwords = prepare(Path(args.dir), args.instructor, students, args.ip, args.port, args.home_base)
+    passwords = prepare(Path(args.dir), args.instructor, roster, args.ip, args.port, args.home_base)
     closed = close_checkout()
     if closed:
         print(f"closed to other users (chmod o-rwx, they hold the solutions): {', '.join(closed)} in {ROOT}")

@@ -334,10 +334,9 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
                     if cells[gid][0] != cells[gid][1]:
                         problems.append(f"{name}: {gid} lost marks {cells[gid]} (only {lost} should)")
             if getattr(mod, "OTHERS", False):
-                for gid in set(graded) - sdpa_related:
-                    if cells[gid][0] != cells[gid][1]:
-                        problems.append(f"{name}: other exercise's cell {gid} lost marks {cells[gid]}")
-                if any(cells[g][0] != cells[g][1] for g in set(graded) - sdpa_related):
+                others = [gid for gid in set(graded) - sdpa_related if cells[gid][0] != cells[gid][1]]
+                problems += [f"{name}: other exercise's cell {gid} lost marks {cells[gid]}" for gid in others]
+                if others:
                     problems.append(f"{name}: its setup cell printed: {setup_output(course, section, name)}")
         shows = getattr(mod, "SHOWS", None)
         if shows:
