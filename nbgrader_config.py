@@ -60,8 +60,8 @@ c.LimitOutput.max_traceback = 40
 c.GenerateFeedback.force = True
 
 # Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
-# and a bubblewrap sandbox (no course files, no network, no new processes, an allow-listed environment,
-# size-limited /tmp and working folder). The sandbox is required: where bwrap cannot run, no kernel
+# and a bubblewrap sandbox (no privilege whoever grades, no course files, no network, no new processes, an
+# allow-listed environment, size-limited /tmp, /dev/shm and working folder, a libseccomp syscall filter). The sandbox is required: where bwrap cannot run, no kernel
 # starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
 # IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the
 # references); JudgeRecords then judges every record here, outside the kernel, sets what nbgrader scores in

@@ -33,6 +33,7 @@ TAMPER_PATTERNS = [
     (r"def\s+__(eq|ne|sub|rsub|array|array_ufunc|array_function|torch_function|float|bool)__\s*\(",
      "defines comparison/conversion dunders"),
     (r"print\s*\(.*(✓|\bpass(ed)?\b|\bcorrect\b|\bOK\b)", "prints fake pass text"),
+    (r"\bctypes\b|\bcffi\b|\bCDLL\b|\blibc\b", "calls the C library directly (ctypes)"),
     (r"vnd\.attncourse|publish_display_data|\.attncourse-inputs|graders[/\\.]data",
      "forges grader records or looks for the reference data"),
 ]

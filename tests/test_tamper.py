@@ -65,6 +65,23 @@ def test_reading_the_reference_from_disk_needs_the_sandbox(batch):
     assert "t_disk_reference" in _judged(batch)
 
 
+def test_no_kernel_leaves_a_file_in_the_package_or_python(batch):
+    """t_remount's marker (a remount of the read-only package and site-packages, then a write) is nowhere."""
+    import site
+
+    import attncourse
+    from tests.corpus.t_remount import MARKER
+
+    _, _, _, report = batch
+    if not report["sandboxed"]:
+        pytest.skip(f"not provable here: {report['sandbox']}")
+    found = [os.path.join(d, MARKER) for d in [os.path.dirname(attncourse.__file__)] + site.getsitepackages()
+             if os.path.exists(os.path.join(d, MARKER))]
+    for path in found:
+        os.remove(path)   # so that one failure does not leave the checkout changed
+    assert not found, found
+
+
 def test_report_flags_tampering(batch):
     _, _, cases, report = batch
     unflagged = [n for n in cases if not any("tampering suspected" in r for r in report["students"][n]["reasons"])

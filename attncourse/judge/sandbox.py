@@ -10,16 +10,28 @@ taking the machine down), ``RLIMIT_FSIZE`` and no core files, gives the kernel a
 allow-listed environment (:func:`kernel_env`: no secret such as ``PGPASSWORD``, no
 variable naming the course folder), then ``exec``s the kernel inside ``bwrap``:
 
+* no privilege, whoever starts it (root included): uid/gid 65534 in a user namespace of
+  its own, no capability, ``no_new_privs``, no further user namespace (``--disable-userns``);
+  every bind stays read-only (the probe tries a remount and refuses a sandbox where it works);
+  where the grader is root, what other users may not read under ``/etc`` is hidden;
 * a read-only Python installation and course package (bound at their real paths
   *and* at the paths Python was started from, so a symlinked or relocated ``.venv``
   works), no network, its own PID namespace, no other file of the course;
-* a size-limited private ``/tmp`` and, as its working folder, a size-limited tmpfs at
-  the scratch folder's path holding the hidden-inputs file read-only
-  (:class:`attncourse.judge.preprocessors.IsolatedExecute`): nothing the kernel writes
-  survives it, and nothing it could leave behind is ever read by the grader;
-* a seccomp filter that refuses new processes (``fork``, ``vfork``, ``clone``
-  without ``CLONE_THREAD``): threads work, a fork bomb or a shell does not;
+* size-limited writable mounts only: a private ``/tmp`` and, as its working folder, a
+  tmpfs at the scratch folder's path holding the hidden-inputs file read-only
+  (:class:`attncourse.judge.preprocessors.IsolatedExecute`), each ``ATTNCOURSE_KERNEL_TMP_MB``;
+  a 64 MB ``/dev/shm``; ``/dev`` and the sandbox's root read-only; nothing the kernel writes
+  survives it, and nothing it could leave behind is ever read by the grader (the one
+  host folder it may write, the kernel's socket folder, is removed when it stops);
+* a seccomp filter built with libseccomp (:func:`seccomp_program`, names resolved for the
+  machine's architecture): new processes (``fork``, ``vfork``, ``clone`` without
+  ``CLONE_THREAD`` or with a namespace flag), mounts, namespaces, io_uring, bpf,
+  perf_event_open, keyrings, ptrace and the machine's own controls are refused; threads
+  work, a fork bomb or a shell does not.  Where the filter cannot be built no kernel starts;
 * GPUs: ``/dev/nvidia*`` is bound when present, so CUDA kernels work sandboxed.
+
+Before the first kernel, :func:`bwrap_works` starts a Python in exactly this sandbox and asks it
+(:data:`PROBE`): any privilege, process, remount, namespace or writable root it finds refuses grading.
 
 Environment (read by the nbgrader process):
 
@@ -38,6 +50,8 @@ launcher before the kernel exists.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import glob
 import os
@@ -115,8 +129,9 @@ def _launch(argv):
     if not use_bwrap:
         os.execve(cmd[0], cmd, kernel_env(os.environ, work))
     seccomp = _seccomp_fd()
-    if seccomp is not None:
-        os.set_inheritable(seccomp, True)
+    if seccomp is None:
+        raise SystemExit("sandbox: " + seccomp_program()[1])
+    os.set_inheritable(seccomp, True)
     args = bwrap_command(cmd, rw=rw, work=work, env=kernel_env(os.environ, "/tmp"), tmp_mb=tmp_mb,
                          seccomp_fd=seccomp)
     os.execvpe(args[0], args, {"PATH": os.environ.get("PATH", KERNEL_PATH)})
@@ -150,15 +165,53 @@ def _seen_at(path: str) -> list[str]:
     return [real, given]
 
 
+SANDBOX_UID = 65534   # the kernel's uid and gid inside its user namespace (nobody)
+DEV_SHM_MB = 64       # /dev/shm inside the sandbox (POSIX shared memory; torch's DataLoader workers would use it)
+
+
+def _private_entries(top: str = "/etc") -> list[tuple[str, bool]]:
+    """(path, is_folder) of what under ``top`` other users may not read: hidden inside the sandbox.
+
+    Where the grader runs as root, the kernel's uid maps to root outside its namespace, and file permissions
+    are checked against that: ``/etc/shadow`` or an SSH host key would be readable. The sandbox shows only what
+    any user of the machine may read.
+    """
+    out = []
+    for folder, dirs, files in os.walk(top):
+        for name in list(dirs):
+            path = os.path.join(folder, name)
+            try:
+                if not os.path.islink(path) and os.lstat(path).st_mode & 0o005 != 0o005:
+                    out.append((path, True))
+                    dirs.remove(name)
+            except OSError:
+                dirs.remove(name)
+        for name in files:
+            path = os.path.join(folder, name)
+            try:
+                if not os.path.islink(path) and not os.lstat(path).st_mode & 0o004:
+                    out.append((path, False))
+            except OSError:
+                pass
+    return out
+
+
 def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=None):
     """``cmd`` wrapped in bwrap: system and Python read-only, ``rw`` writable, ``work`` a private tmpfs.
 
+    The kernel runs as uid/gid 65534 in a user namespace of its own with no capability, ``no_new_privs`` and
+    no right to make further user namespaces, whoever starts it (root included): its mounts stay as bound.
     ``work``: the kernel's working folder; inside the sandbox it is a tmpfs of ``tmp_mb`` MB at the same path
     holding each regular file of the host folder read-only (the hidden inputs), and nothing else of the host.
-    ``env``: the kernel's whole environment (``--clearenv``); ``seccomp_fd``: an open seccomp program.
+    ``/tmp`` is a tmpfs of ``tmp_mb`` MB, ``/dev/shm`` one of :data:`DEV_SHM_MB` MB; ``/dev`` and the
+    sandbox's root are read-only. ``env``: the kernel's whole environment (``--clearenv``);
+    ``seccomp_fd``: an open seccomp program (:func:`seccomp_program`).
     """
     size = str(max(1, tmp_mb) * 1024 * 1024)
-    args = [bwrap_program() or "bwrap", "--die-with-parent", "--unshare-all", "--new-session", "--proc", "/proc", "--dev", "/dev",
+    uid = str(SANDBOX_UID)
+    args = [bwrap_program() or "bwrap", "--die-with-parent", "--unshare-all", "--unshare-user",
+            "--uid", uid, "--gid", uid, "--disable-userns", "--assert-userns-disabled", "--cap-drop", "ALL",
+            "--new-session", "--proc", "/proc", "--dev", "/dev",
             "--size", size, "--tmpfs", "/tmp",
             # in its own PID namespace the kernel's parent is bwrap's pid 1: ipykernel would read that
             # as "parent died" and quit; --die-with-parent already ties it to the grader
@@ -177,11 +230,16 @@ def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccom
     # parents before children, so that a later bind is not hidden by an earlier one
     for dst, (how, src) in sorted(binds.items(), key=lambda kv: (kv[0].count("/"), kv[0])):
         args += [how, src, dst]
+    if os.path.realpath("/etc") in binds:
+        for path, folder in _private_entries(os.path.realpath("/etc")):
+            args += (["--perms", "0000", "--size", "4096", "--tmpfs", path, "--remount-ro", path] if folder
+                     else ["--ro-bind", "/dev/null", path])
     for p in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # /bin -> usr/bin (the ELF interpreter lives there)
         if os.path.islink(p):
             args += ["--symlink", os.readlink(p), p]
     for dev in sorted(glob.glob("/dev/nvidia*")) + sorted(glob.glob("/dev/dri/*")):
         args += ["--dev-bind", dev, dev]
+    args += ["--size", str(DEV_SHM_MB * 1024 * 1024), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     if work:
         args += ["--size", size, "--tmpfs", work]
         for name in sorted(os.listdir(work)):
@@ -189,65 +247,163 @@ def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccom
             if os.path.isfile(src) and not os.path.islink(src):
                 args += ["--ro-bind", src, src]
         args += ["--chdir", work]
+    args += ["--remount-ro", "/"]     # the sandbox's root (a tmpfs holding the mount points) stays as built
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     return args + ["--"] + list(cmd)
 
 
-def seccomp_program() -> bytes | None:
-    """A classic-BPF seccomp program that refuses new processes and allows threads (x86-64 and arm64).
+# -- the syscall filter ------------------------------------------------------------------------------
+# Refused with EPERM inside the sandbox (names from the kernel's tables, resolved per architecture by libseccomp;
+# anchors: Docker's default profile and Chromium's/Firejail's, which refuse the same families). A name the
+# running architecture does not have is skipped.
+DENIED_SYSCALLS = (
+    # new processes (threads are clone with CLONE_THREAD, allowed below)
+    "fork", "vfork",
+    # mounts and the filesystem tree
+    "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr",
+    # namespaces
+    "unshare", "setns",
+    # kernel interfaces a grading kernel never needs, each a frequent source of privilege escalations
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf", "perf_event_open", "userfaultfd",
+    "keyctl", "add_key", "request_key",
+    # other processes' memory
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
+    # the machine itself
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
+    "swapoff", "syslog", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "quotactl",
+    "quotactl_fd", "open_by_handle_at", "name_to_handle_at", "fanotify_init", "lookup_dcookie", "personality",
+    "vhangup", "iopl", "ioperm", "uselib", "nfsservctl", "_sysctl", "sysfs", "ustat", "create_module",
+    "get_kernel_syms", "query_module", "vm86", "vm86old", "mknod", "mknodat",
+)
+# clone's flags that would make a new namespace (a thread may not ask for one)
+CLONE_THREAD = 0x00010000
+CLONE_NAMESPACES = (0x00000080, 0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000,
+                    0x40000000)   # NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET
+_EPERM, _ENOSYS = 1, 38
 
-    ``fork``/``vfork`` and ``clone`` without ``CLONE_THREAD`` get EPERM; ``clone3`` gets ENOSYS (its flags
-    live in memory a filter cannot read; glibc then falls back to ``clone`` for threads); on x86-64 the x32
-    and i386 entry points are refused too.  None on other architectures (no filter there).
+
+class _ArgCmp(ctypes.Structure):   # libseccomp's struct scmp_arg_cmp
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+def _libseccomp():
+    for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
+        if name:
+            try:
+                return ctypes.CDLL(name, use_errno=True)
+            except OSError:
+                pass
+    return None
+
+
+def seccomp_program() -> tuple[bytes | None, str]:
+    """(the sandbox's seccomp program as classic BPF for this machine, '') or (None, why it cannot be built).
+
+    Built with libseccomp (its maintained syscall tables for every architecture it knows): everything is
+    allowed but :data:`DENIED_SYSCALLS` (EPERM), ``clone`` without ``CLONE_THREAD`` or with a namespace flag
+    (EPERM) and ``clone3`` (ENOSYS: its flags live in memory a filter cannot read; glibc then falls back to
+    ``clone`` for threads). A system call of another architecture (i386's ``int 0x80``, x32) kills the kernel.
     """
-    m = platform.machine().lower()
-    if m in ("x86_64", "amd64"):
-        arch, denied, clone, clone3, x32 = 0xC000003E, (57, 58), 56, 435, True
-    elif m in ("aarch64", "arm64"):
-        arch, denied, clone, clone3, x32 = 0xC00000B7, (), 220, 435, False
-    else:
-        return None
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    prog = [("LD", 4), ("JEQ", arch, None, "deny"), ("LD", 0)]
-    if x32:
-        prog.append(("JGE", 0x40000000, "deny", None))
-    prog += [("JEQ", n, "deny", None) for n in denied]
-    prog += [("JEQ", clone3, "enosys", None), ("JEQ", clone, None, "allow"),
-             ("LD", 16), ("JSET", 0x00010000, "allow", "deny"),      # args[0] = flags; CLONE_THREAD
-             ("label", "allow"), ("RET", allow), ("label", "deny"), ("RET", eperm),
-             ("label", "enosys"), ("RET", enosys)]
-    labels, body = {}, []
-    for ins in prog:
-        if ins[0] == "label":
-            labels[ins[1]] = len(body)
-        else:
-            body.append(ins)
-    codes = {"LD": 0x20, "JEQ": 0x15, "JGE": 0x35, "JSET": 0x45, "RET": 0x06}   # BPF_LD|W|ABS, BPF_JMP|..|K
-    out = b""
-    for i, ins in enumerate(body):
-        if ins[0] in ("LD", "RET"):
-            out += struct.pack("=HBBI", codes[ins[0]], 0, 0, ins[1])
-        else:
-            jt = 0 if ins[2] is None else labels[ins[2]] - i - 1
-            jf = 0 if ins[3] is None else labels[ins[3]] - i - 1
-            out += struct.pack("=HBBI", codes[ins[0]], jt, jf, ins[1])
-    return out
+    if platform.machine().lower().startswith("s390"):   # clone's flags are its second argument there
+        return None, f"no syscall filter for {platform.machine()} (clone's flags are not its first argument)"
+    lib = _libseccomp()
+    if lib is None:
+        return None, "libseccomp is not installed (Debian/Ubuntu: apt-get install libseccomp2)"
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                                           ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    errno = lambda e: 0x00050000 | e   # SCMP_ACT_ERRNO(e)
+    ctx = lib.seccomp_init(0x7FFF0000)  # SCMP_ACT_ALLOW
+    if not ctx:
+        return None, "libseccomp could not start a filter"
+    try:
+        def rule(action, name, *cmps):
+            nr = lib.seccomp_syscall_resolve_name(name.encode())
+            if nr == -1:            # __NR_SCMP_ERROR: no such call anywhere
+                return
+            arr = (_ArgCmp * max(1, len(cmps)))(*[_ArgCmp(0, op, a, b) for op, a, b in cmps])
+            rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr)
+            if rc < 0 and nr >= 0:   # a name that exists here must be filtered (pseudo-numbers < 0 may not)
+                raise OSError(-rc, f"seccomp rule for {name}")
+        masked_eq = 7               # SCMP_CMP_MASKED_EQ: (arg & a) == b
+        for name in DENIED_SYSCALLS:
+            rule(errno(_EPERM), name)
+        rule(errno(_EPERM), "clone", (masked_eq, CLONE_THREAD, 0))
+        for flag in CLONE_NAMESPACES:
+            rule(errno(_EPERM), "clone", (masked_eq, flag, flag))
+        rule(errno(_ENOSYS), "clone3")
+        fd = os.memfd_create("attncourse-seccomp-build", 0)
+        try:
+            rc = lib.seccomp_export_bpf(ctx, fd)
+            if rc < 0:
+                raise OSError(-rc, "seccomp_export_bpf")
+            os.lseek(fd, 0, os.SEEK_SET)
+            chunks = []
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+            return b"".join(chunks), ""
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return None, f"libseccomp could not build the filter ({exc})"
+    finally:
+        lib.seccomp_release(ctx)
 
 
 def _seccomp_fd():
-    prog = seccomp_program()
+    """An open memfd holding the seccomp program (not close-on-exec: bwrap reads it), or None."""
+    prog, _ = seccomp_program()
     if prog is None or not hasattr(os, "memfd_create"):
         return None
-    fd = os.memfd_create("attncourse-seccomp", 0)   # not close-on-exec: bwrap reads it
+    fd = os.memfd_create("attncourse-seccomp", 0)
     os.write(fd, prog)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
 
-PROBE = ("import os, threading\n"
-         "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
-         "try:\n    os.fork()\n    print('forked')\nexcept OSError:\n    print('ok')\n")
+# What the probe asks a sandboxed Python (run exactly as a kernel is started, before any grading): every answer
+# must be the refusal, or no kernel starts. Standard library only (-S: no site-packages needed).
+PROBE = r"""
+import ctypes, json, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def works(action):
+    try:
+        action()
+        return True
+    except OSError:
+        return False
+def child():
+    if os.fork() == 0:
+        os._exit(0)
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+print(json.dumps({
+    "uid": os.getuid(),
+    "caps": int(status["CapEff"], 16) | int(status["CapPrm"], 16) | int(status["CapBnd"], 16),
+    "no_new_privs": status.get("NoNewPrivs", "").strip() == "1",
+    "seccomp": status.get("Seccomp", "").strip() == "2",
+    "fork": works(child),
+    "remount": libc.mount(None, b"/usr", None, 0x20 | 0x1000, None) == 0,   # MS_REMOUNT|MS_BIND: read-write
+    "unshare": libc.unshare(0x10000000 | 0x00020000) == 0,                   # CLONE_NEWUSER|CLONE_NEWNS
+    "write_root": works(lambda: open("/attncourse-probe", "w").close()),
+    "write_dev": works(lambda: open("/dev/attncourse-probe", "w").close()),
+}))
+"""
+# the answers a sandbox must give (anything else: no kernel starts, and the line says which one failed)
+PROBE_WANTS = {"caps": 0, "no_new_privs": True, "seccomp": True, "fork": False, "remount": False, "unshare": False,
+               "write_root": False, "write_dev": False}
+PROBE_SAYS = {"caps": "the kernel keeps capabilities",
+              "no_new_privs": "no_new_privs is not set", "seccomp": "the syscall filter is not in force",
+              "fork": "the kernel can start processes", "remount": "the kernel can remount a read-only folder",
+              "unshare": "the kernel can make namespaces", "write_root": "the sandbox's root is writable",
+              "write_dev": "/dev is writable"}
 
 
 def bwrap_program() -> str | None:
@@ -261,27 +417,47 @@ def bwrap_works() -> tuple[bool, str]:
     return _probe(bwrap_program(), os.environ.get(BWRAP_ENV))
 
 
+def run_sandboxed(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    """Run ``python -S -c code`` in the kernels' sandbox, started as the launcher starts a kernel (the probe's
+    way in; the tests use it to list what a sandboxed process can do). Raises RuntimeError where no syscall
+    filter can be built, OSError where bwrap cannot start."""
+    fd = _seccomp_fd()
+    if fd is None:
+        raise RuntimeError(seccomp_program()[1] or "no memfd_create here")
+    work = tempfile.mkdtemp(prefix="attncourse-probe-")
+    try:
+        cmd = bwrap_command([sys.executable, "-S", "-c", code], work=work, env=kernel_env({}, "/tmp"),
+                            seccomp_fd=fd)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, pass_fds=(fd,))
+    finally:
+        os.close(fd)
+        shutil.rmtree(work, ignore_errors=True)
+
+
 @functools.lru_cache(maxsize=4)
 def _probe(exe, asked) -> tuple[bool, str]:
+    import json
+
     if not exe:
         where = f"{BWRAP_ENV}={asked} is not a program" if asked else "bubblewrap (bwrap) is not installed"
         return False, f"{where} (Debian/Ubuntu: apt-get install bubblewrap)"
-    work = tempfile.mkdtemp(prefix="attncourse-probe-")
-    fd = _seccomp_fd()
     try:
-        cmd = bwrap_command([sys.executable, "-S", "-c", PROBE], work=work, env=kernel_env({}, "/tmp"),
-                            seccomp_fd=fd)
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=30, pass_fds=(fd,) if fd else ())
+        p = run_sandboxed(PROBE)
+    except RuntimeError as exc:
+        return False, str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"bwrap could not run: {exc}"
-    finally:
-        if fd is not None:
-            os.close(fd)
-        shutil.rmtree(work, ignore_errors=True)
-    if p.returncode != 0 or p.stdout.strip() not in ("ok", "forked"):
+    try:
+        seen = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else None
+    except (ValueError, IndexError):
+        seen = None
+    if not isinstance(seen, dict):
         return False, f"bwrap fails here (exit {p.returncode}): {p.stderr.strip()[:300]}"
-    if p.stdout.strip() == "forked" and fd is not None:
-        return False, "the sandbox's process limit (seccomp) did not hold"
+    wrong = [PROBE_SAYS[k] for k, want in PROBE_WANTS.items() if seen.get(k) != want]
+    if seen.get("uid") != SANDBOX_UID:
+        wrong.insert(0, f"the kernel runs as uid {seen.get('uid')}, not {SANDBOX_UID}")
+    if wrong:
+        return False, "the sandbox does not hold: " + "; ".join(wrong)
     return True, ""
 
 
@@ -309,8 +485,8 @@ def sandbox_status(env=None) -> tuple[bool | None, str]:
                        "write any file this account can, including the reference data in graders/data")
     ok, why = bwrap_works()
     if ok:
-        return True, ("kernels sandboxed with bubblewrap (no course files, no network, no new processes, "
-                      "allow-listed environment)")
+        return True, ("kernels sandboxed with bubblewrap (no privilege, no course files, no network, no new "
+                      "processes, allow-listed environment)")
     if m == "self":
         return False, f"kernels not sandboxed on this machine ({why}); this is your own check of your own work"
     return None, REFUSED.format(why=why)
