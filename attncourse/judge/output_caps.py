@@ -218,13 +218,12 @@ class OutputCaps(LoggingConfigurable):
             s.record_bytes += size
             self._caps_record_bytes += size
             return super().output(outs, msg, display_id, cell_index)
-        self._caps_overflow.setdefault(cell_index, why)
-        self._drop(outs, s, 1, size, records=True)
+        self._caps_overflow.setdefault(cell_index, why)   # the judge scores the cell 0 and says why
         return None
 
-    def _drop(self, outs, s: _Cell, n: int, size: int, records: bool = False) -> None:
+    def _drop(self, outs, s: _Cell, n: int, size: int) -> None:
         """Count what was dropped or cut; the cell is closed; its one marker (added the first time) says so."""
-        s.closed = s.closed or not records
+        s.closed = True
         s.dropped += n
         s.dropped_bytes += size
         text = (f"[output truncated by the grader: {s.dropped} more outputs and {_human(s.dropped_bytes)} dropped "
