@@ -53,7 +53,18 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # A deleted grade cell is put back (and scored) rather than silently skipped.
 c.OverwriteCells.add_missing_cells = True
 
-# Keep feedback readable when a submission prints a flood of output.
+# A flood of output is capped as it arrives from the kernel (attncourse/judge/output_caps.py), before
+# nbgrader holds it: every kind (prints, images, display updates, tracebacks) per cell and per notebook,
+# so the autograded notebook stays within ~20 MB whatever the kernel prints.  The grader's records
+# have a budget of their own (a cell over it scores 0).  These are the defaults, spelled out:
+c.IsolatedExecute.max_output_bytes = 2_000_000      # one output (a longer print is cut, a larger image dropped)
+c.IsolatedExecute.max_cell_bytes = 4_000_000
+c.IsolatedExecute.max_cell_outputs = 300
+c.IsolatedExecute.max_notebook_bytes = 20_000_000
+c.IsolatedExecute.max_cell_records = 50            # a cell makes at most 5
+c.IsolatedExecute.max_cell_record_bytes = 32_000_000   # a correct answer's record is ~150 kB at most
+c.IsolatedExecute.max_notebook_record_bytes = 128_000_000
+# Then keep feedback readable: 200 lines of text and 40 of a traceback per cell (within the caps above).
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 40
 

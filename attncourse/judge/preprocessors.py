@@ -41,6 +41,7 @@ from traitlets import Unicode
 
 from ..protocol.calls import check_calls
 from ..protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
+from .output_caps import RESOURCES_KEY, OutputCaps
 from .verdict import judge_record
 from ..protocol.records import MIME
 from .sanitize import safe_attachments, safe_markdown, safe_outputs
@@ -78,8 +79,12 @@ class _CourseRoot:
         return reference_data(root, section) if section else None
 
 
-class IsolatedExecute(_CourseRoot, Execute):
-    """nbgrader's Execute, with the kernel working in a private scratch folder that holds only the inputs."""
+class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
+    """nbgrader's Execute, with the kernel working in a private scratch folder that holds only the inputs.
+
+    Every output is capped as it arrives from the kernel (:class:`~attncourse.judge.output_caps.OutputCaps`);
+    cells whose grader records went over their cap are named in ``resources["attncourse_caps"]``.
+    """
 
     course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
 
@@ -90,6 +95,7 @@ class IsolatedExecute(_CourseRoot, Execute):
         meta = resources.setdefault("metadata", {})
         home = meta.get("path")
         scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)    # 0700, this account's alone
+        self.reset_caps()
         try:
             data = self._data(resources)
             if data is not None:
@@ -97,6 +103,7 @@ class IsolatedExecute(_CourseRoot, Execute):
             meta["path"] = scratch                           # nbclient starts the kernel in metadata.path
             return super().preprocess(nb, resources, km=km)
         finally:
+            resources[RESOURCES_KEY] = self.caps_report()
             meta["path"] = home
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -113,12 +120,13 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         data = self._data(resources)
         reference = data[0] if data is not None else None
-        for cell in nb.cells:
+        overflow = (resources.get(RESOURCES_KEY) or {}).get("records") or {}
+        for index, cell in enumerate(nb.cells):
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "code":
                 calls = check_calls(cell.source) if meta.get("grade") else []
                 if calls:
-                    judge_cell(cell, calls, reference)
+                    judge_cell(cell, calls, reference, overflow.get(index))
                 else:   # records in a cell that asked for none earn nothing there
                     cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
                 cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
@@ -134,8 +142,18 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
 
 
 # -- the verdict ----------------------------------------------------------------------------------------
-def judge_cell(cell, calls, reference) -> None:
-    """Replace the records in ``cell`` by verdicts; add an error output when any check failed."""
+def judge_cell(cell, calls, reference, overflow: str | None = None) -> None:
+    """Replace the records in ``cell`` by verdicts; add an error output when any check failed.
+
+    ``overflow``: why the kernel's records in this cell went over their cap (IsolatedExecute dropped some):
+    the cell scores 0, with that reason.
+    """
+    if overflow:
+        cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
+        message = f"tampering suspected: {overflow} (limits in docs/GRADING.md); this cell scores 0"
+        cell.outputs.append(NotebookNode(output_type="error", ename=TAMPERING, evalue=message,
+                                         traceback=[f"{TAMPERING}:"] + _wrap(message)))
+        return
     outputs, records = [], []
     for o in cell.get("outputs", []):
         data = o.get("data") or {}
