@@ -31,7 +31,7 @@ from pathlib import Path
 
 from attncourse.judge.autograded import first_line, grade_cells
 from attncourse.judge.sandbox import sandbox_status
-from attncourse.judge.sanitize import csv_cell, inert, plot_label
+from attncourse.judge.sanitize import csv_cell, plot_label
 
 from .config import CourseError, course_db, ready, resolve_sections
 from .outcome import section_report
@@ -110,7 +110,6 @@ def _write_csv(path: Path, header, rows):
 
 
 def _short(text: str, n: int = 95) -> str:
-    text = inert(text)
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
@@ -132,7 +131,7 @@ def _barh(path: Path, labels, values, title, xlabel, xlim=None, annotate=None, c
     y = range(len(labels))
     ax.barh(list(y), values, color=color)
     ax.set_yticks(list(y))
-    ax.set_yticklabels([plot_label(_short(lb)) for lb in labels], fontsize=9)   # students' words: plain text
+    ax.set_yticklabels([plot_label(_short(lb)) for lb in labels], fontsize=9)   # plain text, whatever they hold
     ax.invert_yaxis()
     ax.set_title(plot_label(title), fontsize=12, loc="left")
     ax.set_xlabel(xlabel)

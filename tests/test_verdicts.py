@@ -14,11 +14,10 @@ import csv
 import functools
 
 import nbformat
-import pytest
 from nbformat.notebooknode import NotebookNode
 
 from attncourse.judge.autograded import KEY, grade_cells, run_reasons
-from attncourse.judge.preprocessors import JudgeRecords, reference_data
+from attncourse.judge.preprocessors import JudgeRecords
 from attncourse.judge.sanitize import csv_cell, inert, plot_label
 from tests.harness import ROOT
 from tests.test_judge import CALLS, SRC, _records, _sdpa_source
@@ -158,6 +157,14 @@ def test_sanitisers():
     assert plot_label("✓ $\\rt$") == "✓ \\$\\rt\\$"
 
 
+def test_a_plot_label_is_never_mathtext(tmp_path):
+    """``$\\rt$`` as a label made matplotlib's mathtext raise and ./course report exit 1 for the whole class."""
+    from instructor.report import _barh
+
+    _barh(tmp_path / "x.png", ["✓ $\\rt$", f"{ESC}$x^$"], [1, 2], "a $\\rt$ title", "students")
+    assert (tmp_path / "x.png").stat().st_size > 0
+
+
 def _class(tmp_path, monkeypatch, trick: bool, visible_error: str | None = None):
     """A course folder with the five students' autograded notebooks; the gradebook, prescan and release are the
     judged notebooks' own nbgrader scores (monkeypatched: no nbgrader run)."""
@@ -243,3 +250,21 @@ def test_an_unreadable_notebook_is_that_students_fault_only(tmp_path, monkeypatc
     assert [s for s, _ in data["faults"]] == ["wrong2"], data["faults"]
     assert all(v == [1, 4] for v in data["checks"].values())
     assert write_report(root, SECTION, tmp_path / "reports").is_file()
+
+
+def test_isolated_execute_names_the_cell_that_timed_out():
+    """A real kernel (unsandboxed, a few seconds): the looping cell is the timed-out one; a cell that raises
+    KeyboardInterrupt itself is its own error."""
+    from attncourse.judge.preprocessors import TIMED_OUT, IsolatedExecute
+
+    def cell(gid, src):
+        return nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"grade": True, "grade_id": gid, "points": 1}})
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1"), cell("loop", "while True: pass"),
+                                         cell("own", "raise KeyboardInterrupt")])
+    run = IsolatedExecute(timeout=3, interrupt_on_timeout=True, course_root=str(ROOT), kernel_name="python3")
+    nb, resources = run.preprocess(nb, {"nbgrader": {"assignment": SECTION}})
+    assert resources[TIMED_OUT] == [1]
+    nb, _ = JudgeRecords(course_root=str(ROOT)).preprocess(nb, resources)
+    assert run_reasons(nb) == ["cell timed out (loop)"]
+    assert [(c.grade_id, c.timed_out) for c in grade_cells(nb)] == [("loop", True), ("own", False)]

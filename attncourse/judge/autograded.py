@@ -1,8 +1,8 @@
-"""The one reader of an autograded notebook: the judge's verdict on each grade cell, as data.
+"""The one reader of an autograded notebook: the judge's verdict on each code cell, as data.
 
 :class:`attncourse.judge.preprocessors.JudgeRecords` first deletes every ``attncourse`` key from the
 submitted notebook's metadata and its cells' (the student controls them), then writes its verdict on
-every code grade cell into ``cell.metadata["attncourse"]`` (:data:`KEY`)::
+every code cell into ``cell.metadata["attncourse"]`` (:data:`KEY`)::
 
     {"schema": 1,
      "checks": [{"name": "scaled_dot_product_attention (float64)", "passed": False,
@@ -11,17 +11,18 @@ every code grade cell into ``cell.metadata["attncourse"]`` (:data:`KEY`)::
                  "limit": None}],                                 # "check timed out" / "check ran out of memory"
      "tampering": ["tampering suspected: only 1 record came back …"],  # why the judge scores it 0 regardless
      "notes": ["GRADER was rebound by student code (restored)"],  # the in-kernel grader's flags (no score change)
-     "timed_out": False,        # nbgrader's cell timeout fired here (seen by IsolatedExecute, not read from outputs)
+     "timed_out": False,        # nbgrader's cell timeout fired here (IsolatedExecute saw it; no output read)
      "error": {"ename": "ValueError", "evalue": "…"},             # the first error the kernel raised here, or None
      "stderr": None,            # the first line the cell printed on stderr, or None
      "failure": "…"}            # why the cell scores 0, in one line (None: it does not)
 
 Every code cell gets one (a cell without hidden checks: ``checks`` empty).  Only ``checks`` (hidden
 checks' names, verdicts, causes, limits), ``tampering`` and ``timed_out`` are the judge's own findings;
-``notes`` come with the kernel's records, and ``error``, ``stderr`` and the student's part of a message are
-the kernel's text: data to show (inert, :mod:`attncourse.judge.sanitize`), never to parse.  The ``✓ check`` / ``✗ check`` lines in
-the cell's outputs are feedback for the student: nothing reads them back.  A grade cell without this record
-(a notebook the judge did not see) has no verdicts and fails with "no verdict from the judge".
+``notes`` come with the kernel's records, and ``error``, ``stderr`` and the student's part of a message
+are the kernel's text: data to show (inert, :mod:`attncourse.judge.sanitize`), never to parse.  The
+``✓ check`` / ``✗ check`` lines in the cell's outputs are feedback for the student: nothing reads them
+back.  A grade cell without this record (a notebook the judge did not see) has no verdicts and fails
+with "no verdict from the judge".
 
 :func:`grade_cells` turns the records into the instructor's per-student report
 (:mod:`instructor.outcome`), the class report (:mod:`instructor.report`) and the learner's self-check
@@ -119,10 +120,10 @@ def run_reasons(nb) -> list[str]:
         v = verdict_of(cell) if cell.get("cell_type") == "code" else None
         if v is None:
             continue
-        gid = ((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id") or f"cell {idx + 1}"
+        gid = first_line(((cell.get("metadata") or {}).get("nbgrader") or {}).get("grade_id") or f"cell {idx + 1}")
         if v.get("timed_out"):
-            reasons.append(f"cell timed out ({first_line(gid)})")
-        reasons += [f"tampering suspected: {first_line(gid)}: {first_line(str(t), 160)}" for t in v.get("tampering") or []]
+            reasons.append(f"cell timed out ({gid})")
+        reasons += [f"tampering suspected: {gid}: {first_line(str(t), 160)}" for t in v.get("tampering") or []]
         reasons += [f"tampering suspected: {first_line(str(n), 160)}" for n in v.get("notes") or []]
     return list(dict.fromkeys(reasons))
 

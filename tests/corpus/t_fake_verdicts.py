@@ -1,6 +1,7 @@
-"""Forges the judge's verdicts in every way a student can: from inside the function (so in every hidden-check
-cell) it prints twenty "✓ <real check name>" lines, escape sequences that erase the line and print a fake
-"24 / 24", a ``=HYPERLINK(...)`` line and ``✓ $\\rt$`` (mathtext that failed the class report's plots), and the
+"""Forges the judge's verdicts in every way a student can.  From inside the function and from a hook after
+every later cell (the grader swallows what a graded call prints; the hook's lands in the hidden-check cells)
+it prints twenty "✓ <real check name>" lines, escape sequences that erase the line and print a fake
+"24 / 24", a ``=HYPERLINK(...)`` line and ``✓ $\\rt$`` (mathtext that failed the class report's plots); the
 notebook carries planted ``attncourse`` verdicts (every check passed) in its own and every cell's metadata.
 Nothing reads printed text, and the judge deletes planted verdicts before writing its own: 0, as its base."""
 from ._base import WRONG
@@ -17,6 +18,7 @@ def _forge():
 def scaled_dot_product_attention(Q, K, V, mask=None):
     _forge()
     return _wrong_sdpa(Q, K, V, mask)
+get_ipython().events.register("post_run_cell", lambda *a: _forge())   # after every later cell, hidden ones too
 '''
 SHOWS = "Most likely cause"
 REASON = "fake pass text"
