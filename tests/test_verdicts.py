@@ -17,7 +17,7 @@ import nbformat
 from nbformat.notebooknode import NotebookNode
 
 from attncourse.judge.autograded import KEY, grade_cells, run_reasons
-from attncourse.judge.preprocessors import JudgeRecords
+from attncourse.judge.preprocessors import TIMED_OUT, JudgeRecords
 from attncourse.judge.sanitize import csv_cell, inert, plot_label
 from tests.harness import ROOT
 from tests.test_judge import CALLS, SRC, _records, _sdpa_source
@@ -76,8 +76,7 @@ def submitted(answer: str, trick: bool = False, visible_error: str | None = None
 def autograde(nb, timed_out=()):
     """What JudgeRecords makes of it (``timed_out``: cells IsolatedExecute saw time out)."""
     judge = JudgeRecords(course_root=str(ROOT))
-    nb, _ = judge.preprocess(copy.deepcopy(nb), {"nbgrader": {"assignment": SECTION}, "attncourse_timed_out":
-                                                 list(timed_out)})
+    nb, _ = judge.preprocess(copy.deepcopy(nb), {"nbgrader": {"assignment": SECTION}, TIMED_OUT: list(timed_out)})
     return nb
 
 
@@ -255,7 +254,7 @@ def test_an_unreadable_notebook_is_that_students_fault_only(tmp_path, monkeypatc
 def test_isolated_execute_names_the_cell_that_timed_out():
     """A real kernel (unsandboxed, a few seconds): the looping cell is the timed-out one; a cell that raises
     KeyboardInterrupt itself is its own error."""
-    from attncourse.judge.preprocessors import TIMED_OUT, IsolatedExecute
+    from attncourse.judge.preprocessors import IsolatedExecute
 
     def cell(gid, src):
         return nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"grade": True, "grade_id": gid, "points": 1}})
