@@ -1,13 +1,16 @@
 """One student's outcome in a grading run, as the instructor's report shows it: score, failed cells, reasons.
 
 One :func:`student_entry` serves the serial path and the Dask engine: the score comes from the
-gradebook, the ✓/✗ verdicts from the autograded notebook (:mod:`attncourse.judge.autograded`),
-and the two are checked against each other."""
+gradebook, the verdicts from the judge's record in the autograded notebook
+(:mod:`attncourse.judge.autograded`), and the two are checked against each other.  What the terminal
+shows of it is inert (:func:`attncourse.judge.sanitize.inert`): a student's text cannot move the cursor,
+recolour or rewrite a line."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from attncourse.judge.autograded import first_line, grade_cells, run_reasons
+from attncourse.judge.sanitize import inert
 
 from .config import release_notebook, release_points
 from .gradebook import gradebook_scores
@@ -72,8 +75,8 @@ def student_entry(root: Path, section: str, student: str, release, scores: dict,
 
 
 def disagreements(nb, failures, cells) -> list[str]:
-    """Autograded cells whose gradebook score says otherwise than their ✓/✗ verdict (never expected: the judge sets
-    what nbgrader scores; a line here means something else wrote a score)."""
+    """Autograded cells whose gradebook score says otherwise than the judge's verdict (never expected: the judge
+    sets what nbgrader scores; a line here means something else wrote a score)."""
     failed = {gid for gid, _ in failures}
     out = []
     for cell in nb.cells:
@@ -99,13 +102,13 @@ def format_report(report: dict, color: bool = False) -> str:
     sandbox = report.get("sandbox", "")
     if color and not report.get("sandboxed"):
         sandbox = f"\x1b[1;31m{sandbox}\x1b[0m"   # grading without the sandbox: in red
-    lines = [f"{report['section']}: {len(report['students'])} submissions; {took}", sandbox, ""]
-    for s, e in report["students"].items():
-        lines.append(f"{s:<24} {e['score']:g} / {e['max_score']:g}")
+    lines = [f"{inert(report['section'])}: {len(report['students'])} submissions; {took}", sandbox, ""]
+    for s, e in report["students"].items():   # every piece a student could shape is made inert
+        lines.append(f"{inert(s):<24} {e['score']:g} / {e['max_score']:g}")
         for gid, text in e["failures"]:
-            lines.append(f"    ✗ {gid}: {text}")
+            lines.append(f"    ✗ {inert(gid)}: {inert(text)}")
         for r in e["reasons"]:
-            lines.append(f"    ! {r}")
+            lines.append(f"    ! {inert(r)}")
     return "\n".join(lines)
 
 

@@ -9,11 +9,16 @@ and ``./course grade``'s record of faults, and writes ``reports/<section>/``
 * the score distribution (``scores.png``, ``students.csv``);
 * the pass rate per exercise and per hidden check (``exercises.png``, ``checks.png``,
   ``exercises.csv``, ``checks.csv``);
-* the named mistakes ("Most likely cause: …" in the judge's messages) ranked by how
-  many students made them, with their ids (``mistakes.png``, ``mistakes.csv``);
+* the named mistakes (the causes the judge named, :mod:`attncourse.judge.autograded`) ranked by
+  how many students made them, with their ids (``mistakes.png``, ``mistakes.csv``);
 * faults: time-outs, memory, dead kernels, invalid or missing notebooks, failed
   grading (``faults.csv``); tampering flags (``tampering.csv``);
 * every student's score in every graded cell (``cells.csv``).
+
+Everything comes from the judge's records, never from text in the outputs; text a student shaped is
+inert where it lands (:mod:`attncourse.judge.sanitize`: escaped HTML, CSV cells that are never
+formulas, plot labels that are never mathtext).  A submission that cannot be read is that student's
+fault in the report; the others are reported as usual.
 """
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from attncourse.judge.autograded import grade_cells
+from attncourse.judge.autograded import first_line, grade_cells
 from attncourse.judge.sandbox import sandbox_status
+from attncourse.judge.sanitize import csv_cell, plot_label
 
 from .config import CourseError, course_db, ready, resolve_sections
 from .outcome import section_report
@@ -75,9 +81,14 @@ def collect(root: Path, section: str) -> dict:
         p = root / "autograded" / s / section / f"{section}.ipynb"
         if not p.is_file():
             continue
-        nb = nbformat.read(str(p), as_version=4)
-        limits[s] = check_faults(nb)
-        for c in grade_cells(nb):
+        try:   # one unreadable notebook is that student's fault, never the end of the report
+            nb = nbformat.read(str(p), as_version=4)
+            limits[s] = check_faults(nb)
+            cells_of_s = grade_cells(nb)
+        except Exception as exc:  # noqa: BLE001 - a report, never a crash
+            limits[s] = [f"report failed for this submission: {type(exc).__name__}: {first_line(str(exc))}"]
+            continue
+        for c in cells_of_s:
             for passed, name in c.checks:
                 checks[name][1] += 1
                 checks[name][0] += passed
@@ -95,32 +106,39 @@ def _write_csv(path: Path, header, rows):
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(header)
-        w.writerows(rows)
+        w.writerows([csv_cell(v) for v in r] for r in rows)
 
 
 def _short(text: str, n: int = 95) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _barh(path: Path, labels, values, title, xlabel, xlim=None, annotate=None, color="#4C72B0"):
+def _pyplot():
+    """pyplot on the Agg backend, labels as plain text (no LaTeX)."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.usetex"] = False
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _barh(path: Path, labels, values, title, xlabel, xlim=None, annotate=None, color="#4C72B0"):
+    plt = _pyplot()
     n = max(len(labels), 1)
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.38 * n), dpi=100)
     y = range(len(labels))
     ax.barh(list(y), values, color=color)
     ax.set_yticks(list(y))
-    ax.set_yticklabels([_short(lb) for lb in labels], fontsize=9)
+    ax.set_yticklabels([plot_label(_short(lb)) for lb in labels], fontsize=9)   # plain text, whatever they hold
     ax.invert_yaxis()
-    ax.set_title(title, fontsize=12, loc="left")
+    ax.set_title(plot_label(title), fontsize=12, loc="left")
     ax.set_xlabel(xlabel)
     if xlim:
         ax.set_xlim(*xlim)
     for i, v in enumerate(values):
-        ax.text(v, i, " " + (annotate[i] if annotate else f"{v:g}"), va="center", fontsize=8)
+        ax.text(v, i, " " + plot_label(annotate[i] if annotate else f"{v:g}"), va="center", fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
     if not xlim:
         from matplotlib.ticker import MaxNLocator
@@ -132,11 +150,7 @@ def _barh(path: Path, labels, values, title, xlabel, xlim=None, annotate=None, c
 
 
 def _hist(path: Path, scores, max_score, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 3.6), dpi=110)
     top = max_score or max(scores or [1])
     bins = min(20, max(int(top), 1))
@@ -147,7 +161,7 @@ def _hist(path: Path, scores, max_score, title):
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(title, fontsize=12, loc="left")
+    ax.set_title(plot_label(title), fontsize=12, loc="left")
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     fig.savefig(path)

@@ -354,24 +354,31 @@ def test_rerun_grades_only_new_or_changed_submissions(runs, client):
 
 
 def test_report_counts_checks_that_hit_a_limit_as_faults():
-    """A hidden check stopped by its time or memory limit is a fault in the class report, not a mistake."""
+    """A hidden check stopped by its time or memory limit is a fault in the class report, not a mistake: the
+    judge's record says so (``limit``), whatever the words of the message."""
     import nbformat
 
-    from attncourse.judge.verdict import explain_exception
+    from attncourse.judge.autograded import KEY
+    from attncourse.judge.preprocessors import verdict
+    from attncourse.judge.verdict import explain_exception, problem
     from instructor.report import check_faults
 
-    def cell(gid, evalue):
+    def cell(gid, *problems):
         c = nbformat.v4.new_code_cell("GRADER.check(...)", metadata={"nbgrader": {"grade_id": gid, "grade": True}})
-        c.outputs = [nbformat.v4.new_output("error", ename="GradingError", evalue=evalue, traceback=[])]
+        checks = [{"name": f"sdpa ({n})", "passed": False, "message": str(p), "cause": p.cause, "limit": p.limit}
+                  for n, p in enumerate(problems)]
+        c.metadata[KEY] = verdict([], checks, [], [], False)
         return c
 
     loop = explain_exception({"type": "_CheckTimeout", "text": "the call took longer than 20 s"}, "cpu")
     hog = explain_exception({"type": "MemoryError", "text": ""}, "cpu")
-    wrong = "sdpa (float32): the values differ. Most likely cause: the scores are not divided by √d_k"
-    nb = nbformat.v4.new_notebook(cells=[cell("test_a", f"sdpa (bfloat16): {loop}"),
-                                         cell("test_b", f"sdpa (float64): {hog}\n{wrong}"),
-                                         cell("test_c", wrong)])
+    wrong = problem("the values differ", "the scores are not divided by √d_k")
+    said = explain_exception({"type": "ValueError", "text": "timed out: check timed out. Most likely cause: x"},
+                             "cpu")   # the words only: no limit, no cause
+    nb = nbformat.v4.new_notebook(cells=[cell("test_a", loop), cell("test_b", hog, wrong), cell("test_c", wrong),
+                                         cell("test_d", said)])
     assert check_faults(nb) == ["check timed out (test_a)", "check ran out of memory (test_b)"]
+    assert said.cause is None and said.limit is None
 
 
 def _kill_workers(client, timeout: float = 60.0):

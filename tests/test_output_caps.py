@@ -152,7 +152,7 @@ def test_records_over_their_cap_name_the_cell_and_score_it_zero():
     why = ex.caps_report()["records"][0]
     assert "more than 5 grader records" in why
     cell = ex.nb.cells[0]
-    judge_cell(cell, [("e", "c")], {"cases": {}}, why)
+    judge_cell(cell, [("e", "c")], {"cases": {}}, overflow=why)
     assert not any(MIME in o.get("data", {}) for o in cell.outputs)
     assert cell.outputs[-1].output_type == "error" and "tampering suspected" in cell.outputs[-1].evalue
 

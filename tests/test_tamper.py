@@ -3,7 +3,7 @@
 Each submission tries to trick the hidden checks of scaled_dot_product_attention
 (section 02) — replaced comparisons and builtins, lying tensor subclasses and
 objects, monkeypatched torch.Tensor, a rebound or faked GRADER, deleted/edited test
-and setup cells, SystemExit/os._exit, fake "✓" text, expected outputs taken from the
+and setup cells, SystemExit/os._exit, fake "✓" text and planted verdicts, expected outputs taken from the
 grader's memory, stack frames or files, a patched grader instance or in-kernel judge,
 forged records, a hand value copied from the grader — and must score 0 there, while a
 correct submission in the same batch keeps full marks.  Each trick is also paired with

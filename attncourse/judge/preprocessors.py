@@ -13,17 +13,23 @@ kernel does not even see that folder: it works in a size-limited tmpfs at the sa
 path, holding the inputs file read-only (:mod:`attncourse.judge.sandbox`).
 
 ``JudgeRecords`` (after it, before ``SaveAutoGrades``) sets what nbgrader scores.
+It first deletes every ``attncourse`` key from the notebook's and the cells' metadata: the student
+controls the submitted notebook, and a verdict planted there must never be read.
 For every grade cell that calls ``GRADER.check`` it takes the list of checks from
 the cell's *locked* source (restored from the gradebook by nbgrader), requires
 exactly one record per check, in order, and judges each record against the
-instructor's reference (:func:`attncourse.judge.verdict.judge_record`).  The records are
-replaced by what the student may see: ``✓ check`` lines, and for a failed check an
-error output carrying the judge's message.  Then, for every grade cell, it removes
+instructor's reference (:func:`attncourse.judge.verdict.judge_record`).  The verdict is
+written as data into the cell's metadata (``cell.metadata["attncourse"]``, the format is in
+:mod:`attncourse.judge.autograded`, its one reader); the records in the outputs are replaced by
+what the student may see: ``✓ check`` lines, and for a failed check an error output carrying
+the judge's message (nothing reads those words back).  Then, for every grade cell, it removes
 whatever nbgrader would read as a score that the judge did not put there: an
 ``execute_result`` (nbgrader's partial credit) becomes plain display data.  Missing,
 extra, repeated or reordered records make the cell score 0 with "tampering
 suspected".  Visible-check cells are worth 0 points (their verdict is made in the
-kernel, which the student controls): every point comes from the judge.
+kernel, which the student controls): every point comes from the judge.  Whether a cell
+hit nbgrader's cell timeout is what ``IsolatedExecute`` saw, never an error's name (student
+code can raise a ``CellTimeoutError`` of its own).
 
 Finally every output and every markdown cell is made safe to show an instructor
 (:mod:`attncourse.judge.sanitize`): formgrader, the feedback HTML and the class report
@@ -41,6 +47,7 @@ from traitlets import Unicode
 
 from ..protocol.calls import check_calls
 from ..protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
+from .autograded import KEY, SCHEMA, first_line
 from .output_caps import RESOURCES_KEY, OutputCaps
 from .verdict import judge_record
 from ..protocol.records import MIME
@@ -48,6 +55,7 @@ from .sanitize import safe_attachments, safe_markdown, safe_outputs
 
 TAMPERING = "TamperingSuspected"
 SCRATCH_PREFIX = "attncourse-run-"
+TIMED_OUT = "attncourse_timed_out"   # resources key: indexes of the cells whose execution nbgrader timed out
 _CACHE: dict = {}
 
 
@@ -95,6 +103,7 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
         meta = resources.setdefault("metadata", {})
         home = meta.get("path")
         scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)    # 0700, this account's alone
+        self._timed_out = []
         self.reset_caps()
         try:
             data = self._data(resources)
@@ -105,7 +114,14 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
         finally:
             resources[RESOURCES_KEY] = self.caps_report()
             meta["path"] = home
+            resources[TIMED_OUT] = [i for i, c in enumerate(nb.cells) if any(c is t for t in self._timed_out)]
             shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        """nbclient's cell timeout: remember the cell (its error output's name proves nothing), then interrupt."""
+        if cell is not None:
+            self._timed_out.append(cell)
+        return await super()._async_handle_timeout(timeout, cell)
 
 
 def _stream(text):
@@ -120,15 +136,20 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         data = self._data(resources)
         reference = data[0] if data is not None else None
+        timed_out = set(resources.get(TIMED_OUT) or ())
         overflow = (resources.get(RESOURCES_KEY) or {}).get("records") or {}
-        for index, cell in enumerate(nb.cells):
+        nb.metadata.pop(KEY, None)   # the student's notebook: no verdict in it is ever read
+        for cell in nb.cells:
+            cell.metadata.pop(KEY, None)
+        for i, cell in enumerate(nb.cells):
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "code":
                 calls = check_calls(cell.source) if meta.get("grade") else []
                 if calls:
-                    judge_cell(cell, calls, reference, overflow.get(index))
+                    judge_cell(cell, calls, reference, timed_out=i in timed_out, overflow=overflow.get(i))
                 else:   # records in a cell that asked for none earn nothing there
                     cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
+                    cell.metadata[KEY] = verdict(cell.outputs, [], [], [], i in timed_out)
                 cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
             elif cell.cell_type == "markdown":
                 cell.source = safe_markdown(cell.source)
@@ -142,18 +163,42 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
 
 
 # -- the verdict ----------------------------------------------------------------------------------------
-def judge_cell(cell, calls, reference, overflow: str | None = None) -> None:
-    """Replace the records in ``cell`` by verdicts; add an error output when any check failed.
+def verdict(outputs, checks: list, tampering: list, notes: list, timed_out: bool) -> dict:
+    """The judge's record of one code cell (the format: :mod:`attncourse.judge.autograded`).  ``outputs``: what
+    the kernel left in the cell, before the judge's own error output; ``checks``: the judged hidden checks;
+    ``tampering``: why the judge scores the cell 0 whatever its checks; ``notes``: the grader's flags."""
+    errors = [o for o in outputs if o.get("output_type") == "error"]
+    stderr = "".join(_text(o.get("text")) for o in outputs
+                     if o.get("output_type") == "stream" and o.get("name") == "stderr")
+    error = ({"ename": first_line(str(errors[0].get("ename") or "Error"), 120),
+              "evalue": first_line(str(errors[0].get("evalue") or ""), 400)} if errors else None)
+    failed = [c for c in checks if not c["passed"]]
+    if timed_out:
+        failure = "timed out (nbgrader's cell time limit)"
+    elif error:
+        failure = f"{error['ename']}: {error['evalue']}" if error["evalue"] else error["ename"]
+    elif tampering:
+        failure = f"{TAMPERING}: {tampering[0]}"
+    elif failed:
+        failure = f"{failed[0]['name']}: {failed[0]['message']}"
+    elif stderr:
+        failure = "printed on stderr: " + first_line(stderr)
+    else:
+        failure = None
+    return {"schema": SCHEMA, "checks": checks, "tampering": tampering, "notes": notes, "timed_out": timed_out,
+            "error": error, "stderr": first_line(stderr) if stderr else None,
+            "failure": first_line(failure) if failure else None}
+
+
+def judge_cell(cell, calls, reference, timed_out: bool = False, overflow: str | None = None) -> dict:
+    """Replace the records in ``cell`` by verdicts; add an error output when any check failed; write the
+    verdict as data into ``cell.metadata["attncourse"]`` and return it.
 
     ``overflow``: why the kernel's records in this cell went over their cap (IsolatedExecute dropped some):
-    the cell scores 0, with that reason.
+    its records are discarded and the cell scores 0, with that reason.
     """
     if overflow:
         cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
-        message = f"tampering suspected: {overflow} (limits in docs/GRADING.md); this cell scores 0"
-        cell.outputs.append(NotebookNode(output_type="error", ename=TAMPERING, evalue=message,
-                                         traceback=[f"{TAMPERING}:"] + _wrap(message)))
-        return
     outputs, records = [], []
     for o in cell.get("outputs", []):
         data = o.get("data") or {}
@@ -162,17 +207,21 @@ def judge_cell(cell, calls, reference, overflow: str | None = None) -> None:
             outputs.append(None)  # placeholder: the verdict goes where the record was
         else:
             outputs.append(o)
-    errored = any(o is not None and o.get("output_type") == "error" for o in outputs)
-    failures, notes = [], []
+    kernel = [o for o in outputs if o is not None]
+    errored = timed_out or any(o.get("output_type") == "error" for o in kernel)
+    tampering, checks, notes = [], [], []
     got_calls = [(r.get("exercise"), r.get("case")) if isinstance(r, dict) else (None, None) for _, r in records]
     numbers = [r.get("n") if isinstance(r, dict) else None for _, r in records]
     bound = (got_calls == calls and all(isinstance(n, int) for n in numbers)
              and numbers == sorted(set(numbers)))
-    if reference is None:
-        failures.append((TAMPERING if not errored else None,
-                         "the instructor's reference data for this section is missing: this check cannot be judged"))
-    elif not bound and not errored:
-        failures.append((TAMPERING, _binding_problem(calls, got_calls)))
+    if errored:
+        pass   # the kernel's error (or the timeout) is why the cell scores 0
+    elif overflow:
+        tampering.append(f"tampering suspected: {overflow} (limits in docs/GRADING.md); this cell scores 0")
+    elif reference is None:
+        tampering.append("the instructor's reference data for this section is missing: this check cannot be judged")
+    elif not bound:
+        tampering.append(_binding_problem(calls, got_calls))
     lines, first = [], None
     if reference is not None and (bound or errored):
         cases, messages = reference["cases"], reference.get("messages", {})
@@ -185,28 +234,30 @@ def judge_cell(cell, calls, reference, overflow: str | None = None) -> None:
             problem = judge_record(spec, rec, messages)
             notes += [n for n in rec.get("notes") or [] if isinstance(n, str)]
             first = idx if first is None else first
-            if problem is None:
-                lines.append(f"✓ {name}")
-            else:
-                lines.append(f"✗ {name}")
-                lines += _wrap(problem, indent="    ")
-                failures.append(("GradingError", f"{name}: {problem}"))
+            checks.append({"name": name, "passed": problem is None, "message": problem and str(problem),
+                           "cause": getattr(problem, "cause", None), "limit": getattr(problem, "limit", None)})
+            lines += [f"✓ {name}"] if problem is None else [f"✗ {name}"] + _wrap(problem, indent="    ")
     # one readable block of verdicts where the first record was; the records themselves are dropped
     verdicts = {first: _stream("\n".join(lines) + "\n")} if lines else {}
     cell.outputs = [verdicts.get(i, o) for i, o in enumerate(outputs) if o is not None or i in verdicts]
+    notes = list(dict.fromkeys(notes))
     if notes:
-        cell.outputs.append(_stream("(tampering suspected: " + "; ".join(dict.fromkeys(notes)) + ")\n"))
-    failures = [(e, m) for e, m in failures if e]
-    if failures and not errored:
-        tampering = any(e == TAMPERING for e, _ in failures)
-        ename = TAMPERING if tampering else "GradingError"
-        message = "\n".join(m for _, m in failures)
+        cell.outputs.append(_stream("(tampering suspected: " + "; ".join(notes) + ")\n"))
+    failed = [f"{c['name']}: {c['message']}" for c in checks if not c["passed"]]
+    if (tampering or failed) and not errored:
         if tampering:   # no verdict lines above: the reason is the traceback
+            ename, message = TAMPERING, "\n".join(tampering + failed)
             shown = [f"{ename}:"] + [w for m in message.split("\n") for w in _wrap(m)]
         else:           # the reasons are in the verdict lines above
-            n_bad = sum(1 for e, _ in failures if e == "GradingError")
-            shown = [f"{ename}: {n_bad} of {len(calls)} checks in this cell failed (the reasons are above)"]
+            ename, message = "GradingError", "\n".join(failed)
+            shown = [f"{ename}: {len(failed)} of {len(calls)} checks in this cell failed (the reasons are above)"]
         cell.outputs.append(NotebookNode(output_type="error", ename=ename, evalue=message, traceback=shown))
+    cell.metadata[KEY] = found = verdict(kernel, checks, tampering, notes, timed_out)
+    return found
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else (value or "")
 
 
 def _wrap(text: str, indent: str = "", width: int = 100) -> list[str]:

@@ -1,10 +1,15 @@
-"""What an instructor's browser may be shown of a graded notebook.
+"""What an instructor may be shown of a graded notebook, in a browser, a terminal, a spreadsheet or a plot.
 
 Formgrader, the feedback HTML and the class report render the autograded notebook, in the
 instructor's logged-in Jupyter session: HTML, JavaScript, SVG, widget state, ``<script>``,
 event handlers or ``javascript:`` links produced while grading would run there.
 :class:`attncourse.judge.preprocessors.JudgeRecords` passes every output through
 :func:`safe_outputs` and every markdown cell through :func:`safe_markdown`.
+
+Text a student shaped (an exception's message, a stderr line, a student id, a prescan note) reaches
+the instructor elsewhere too, and is made inert there by the one helper of each medium:
+:func:`inert` for a terminal (no escape sequences or control characters), :func:`csv_cell` for a
+CSV cell (never a spreadsheet formula) and :func:`plot_label` for a matplotlib label (never mathtext).
 """
 from __future__ import annotations
 
@@ -122,3 +127,33 @@ def safe_attachments(attachments) -> dict:
         if kept:
             out[str(name)] = kept
     return out
+
+
+# -- text for a terminal, a spreadsheet, a plot -----------------------------------------------------------
+# ANSI/VT escape sequences: CSI (colours, cursor moves, erase), OSC (titles, links) and DCS/PM/APC strings,
+# two-character escapes, and the 8-bit CSI
+_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]PX^_][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -~]?|\x9b[0-?]*[ -/]*[@-~]")
+# C0 and C1 controls, DEL, and the invisible marks that reorder or hide text (bidi overrides, zero width)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert(text) -> str:
+    """Text that prints as itself on a terminal: escape sequences removed, every control character (``\\r``,
+    ``\\b``, bidi overrides...) removed, tabs and line breaks made spaces."""
+    text = _ESCAPE.sub("", str(text))
+    return _CONTROL.sub(lambda m: " " if m.group() in "\t\n\r\u2028\u2029" else "", text)
+
+
+def csv_cell(value):
+    """A CSV cell a spreadsheet shows as text: one starting ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+    return gets a leading ``'`` (numbers are left as they are)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def plot_label(text) -> str:
+    """A matplotlib label drawn as plain text (with ``text.usetex`` off): inert, every ``$`` escaped, so no
+    pair of dollars opens mathtext (matplotlib draws ``\\$`` as ``$``; a lone backslash is drawn as is)."""
+    return inert(text).replace("$", r"\$")

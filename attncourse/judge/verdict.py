@@ -3,10 +3,12 @@
 :func:`judge_record` takes a stored case (with its reference output and known
 mistakes' outputs, :class:`attncourse.protocol.cases.StoredCase`) and a record of what the
 student's code gave back (:mod:`attncourse.protocol.records`), and returns ``None`` when
-the check passes, else the message the student sees: wrong type, device, dtype,
-shape, NaN/inf, an exception explained, a failed property, or wrong values with
-the most likely mistake named (:mod:`attncourse.judge.diagnose`).  It never shows
-reference values.
+the check passes, else the message the student sees (a :class:`Problem`): wrong type,
+device, dtype, shape, NaN/inf, an exception explained, a failed property, or wrong
+values with the most likely mistake named (:mod:`attncourse.judge.diagnose`).  What the
+judge named in a message -- the mistake, a check's own time or memory limit -- also
+travels beside it as data (``Problem.cause``, ``Problem.limit``), never read back
+from the words.  It never shows reference values.
 
 It runs in the nbgrader process (:class:`attncourse.judge.preprocessors.JudgeRecords`)
 and, for instructors and the test suite, inside :class:`attncourse.kernel.grader.Grader`
@@ -35,6 +37,23 @@ TOLERANCES = {
     ("float16", "accel"): (1e-2, 1e-2),
 }
 GENERIC_HINT = "It matches none of the common mistakes; re-check each step on a tiny example by hand."
+
+
+class Problem(str):
+    """Why a check failed, as the student reads it; what the judge named in it is data beside the words:
+    ``cause`` the most likely mistake (the text after "Most likely cause:"), ``limit`` the check's own limit
+    it hit ("check timed out", "check ran out of memory")."""
+
+    cause: str | None = None
+    limit: str | None = None
+
+
+def problem(message: str, cause: str | None = None, limit: str | None = None) -> Problem:
+    """A :class:`Problem`; with a ``cause``, the message ends "Most likely cause: <cause>"."""
+    p = Problem(f"{message}. Most likely cause: {cause}" if cause else message)
+    p.cause = cause.strip().split("\n")[0].rstrip(".") if cause else None
+    p.limit = limit
+    return p
 
 
 class Refused(Exception):
@@ -94,8 +113,13 @@ def plain(obj):
     return obj
 
 
-def judge_record(spec: StoredCase | None, record: dict, messages: dict) -> str | None:
+def judge_record(spec: StoredCase | None, record: dict, messages: dict) -> Problem | None:
     """``None`` if the record shows a correct answer for ``spec``, else what is wrong (no reference values)."""
+    found = _judge(spec, record, messages)
+    return found if found is None or isinstance(found, Problem) else Problem(found)
+
+
+def _judge(spec: StoredCase | None, record: dict, messages: dict):
     if spec is None or record.get("problem"):
         return record.get("problem") or "no such hidden case"
     device = expected_device(spec)
@@ -122,7 +146,7 @@ def judge_record(spec: StoredCase | None, record: dict, messages: dict) -> str |
     return compare(got, spec, cmp, messages)
 
 
-def explain_exception(error: dict, device: str | None) -> str:
+def explain_exception(error: dict, device: str | None) -> Problem:
     """The message for an exception raised by the student's code (from its recorded type and text)."""
     name = str(error.get("type", "Exception"))
     full = str(error.get("text", ""))
@@ -130,22 +154,22 @@ def explain_exception(error: dict, device: str | None) -> str:
     msg = f"raised {name}: {text}"
     low = text.lower()
     if name == "SystemExit":
-        return "the code tried to exit the interpreter (SystemExit); it earns nothing for this check"
+        return Problem("the code tried to exit the interpreter (SystemExit); it earns nothing for this check")
     if name == "NotImplementedError" and not text:
-        return "not written yet: the cell still raises NotImplementedError (replace the stub with your code)"
+        return Problem("not written yet: the cell still raises NotImplementedError (replace the stub with your code)")
     if name == "_CheckTimeout":
-        return f"timed out: {text}; it earns nothing for this check"
+        return problem(f"timed out: {text}; it earns nothing for this check", limit="check timed out")
     if name == "MemoryError" or "can't allocate memory" in low or "out of memory" in low:
-        return ("ran out of memory (the grading kernel's memory is limited): " + text[:120] +
-                ". Most likely cause: a huge intermediate tensor or list.")
+        return problem("ran out of memory (the grading kernel's memory is limited): " + text[:120],
+                       "a huge intermediate tensor or list.", limit="check ran out of memory")
     if "device" in low or "meta" in low:
-        return (msg + ". Most likely cause: a tensor is created on a fixed device (e.g. torch.ones(T, T) "
-                "or .to('cpu') inside the function); create new tensors on the input's device "
-                "(device=x.device) so the code runs unchanged on CPU and GPU.")
+        return problem(msg, "a tensor is created on a fixed device (e.g. torch.ones(T, T) "
+                       "or .to('cpu') inside the function); create new tensors on the input's device "
+                       "(device=x.device) so the code runs unchanged on CPU and GPU.")
     if "dtype" in low or "expected scalar type" in low or "same dtype" in low:
-        return (msg + ". Most likely cause: a tensor is created with a fixed dtype; use dtype=x.dtype "
-                "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.")
-    return msg
+        return problem(msg, "a tensor is created with a fixed dtype; use dtype=x.dtype "
+                       "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.")
+    return Problem(msg)
 
 
 def _judge_raise(spec: StoredCase, record: dict, wording) -> str | None:
@@ -186,7 +210,7 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
     hint = which_mistake(value, mistakes, messages, cmp.atol, cmp.rtol)
     wrong, verb = _which_part_wrong(value, expected, names, cmp)
     if hint:
-        return f"{wrong} {verb} wrong. Most likely cause: {hint}"
+        return problem(f"{wrong} {verb} wrong", hint)
     if nonfinite:   # NaN or inf that no catalogued mistake explains: the general causes
         return nonfinite
     return f"{wrong} {verb} wrong. {spec.hint or GENERIC_HINT}"
@@ -227,7 +251,7 @@ def _nested_numbers(g: Got, depth=0):
     raise Refused(f"expected numbers, found {g.describe()}")
 
 
-class NonFinite(str):
+class NonFinite(Problem):
     """A problem of :func:`check_part` that still has a value: NaN or inf where the reference has none.  The
     caller first asks whether a catalogued mistake produces those very values (its message names the cause,
     e.g. an inverted mask that leaves a row with no key); if none does, this general message is shown."""
@@ -254,13 +278,13 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
             if g.kind != "tensor":
                 return f"{name} should be a torch.Tensor, got {g.describe()}", None
             if cmp.device is not None and g.device.split(":")[0] != cmp.device:
-                return (f"{name} is on device '{g.device}' but the input was on '{cmp.device}'. Most likely cause: "
-                        "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
-                        "the input's device."), None
+                return problem(f"{name} is on device '{g.device}' but the input was on '{cmp.device}'",
+                               "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
+                               "the input's device."), None
             if cmp.dtype is not None and g.is_float and g.dtype != cmp.dtype:
-                return (f"{name} has dtype {g.dtype} but the input was {cmp.dtype}. Most likely cause: a tensor "
-                        "is created with a fixed dtype (e.g. torch.tensor(...) or float32 constants); keep the "
-                        "input's dtype."), None
+                return problem(f"{name} has dtype {g.dtype} but the input was {cmp.dtype}", "a tensor "
+                               "is created with a fixed dtype (e.g. torch.tensor(...) or float32 constants); keep "
+                               "the input's dtype."), None
             shape = g.shape
         elif cmp.api == "numpy":
             if g.kind != "ndarray":
