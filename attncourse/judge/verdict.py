@@ -324,8 +324,8 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
         missing = [k for k in e if k not in have]
         if missing:
             return f"{name} is missing the keys {missing}", None
-        problem, values = _check_parts([(have[k], e[k], f"{name}[{k!r}]") for k in e], cmp)
-        return problem, (None if values is None else dict(zip(e, values)))
+        found, values = _check_parts([(have[k], e[k], f"{name}[{k!r}]") for k in e], cmp)
+        return found, (None if values is None else dict(zip(e, values)))
     if isinstance(e, str):
         if g.kind != "str":
             return f"{name} should be a str, got {g.describe()}", None
