@@ -31,6 +31,7 @@ from attncourse.course import with_python_bin
 from attncourse.judge.sandbox import sandbox_status
 from attncourse.judge.scratch import tree_hash
 
+from . import canary as canaries
 from .config import CourseError, duedate, late_plugin, ready
 from .gradebook import graded_students, merge_result
 from .kit import KitFutures, make_kit, submission_files
@@ -74,8 +75,12 @@ def cluster(workers: int | None = None, scheduler: str | None = None, log=print)
 def grade_class(root: Path, sections: list, workers: int | None = None, scheduler: str | None = None,
                 force: bool = False, timeout: int | None = None, task_timeout: float = DEFAULT_TASK_TIMEOUT,
                 students=None, feedback: bool = False, extra_env: dict | None = None, log=print,
-                client=None) -> dict:
-    """Grade every (new or changed) submission of ``sections``; return {section: report} (:mod:`instructor.outcome`)."""
+                client=None, canary: bool = True) -> dict:
+    """Grade every (new or changed) submission of ``sections``; return {section: report} (:mod:`instructor.outcome`).
+
+    When anything is to be graded, the canary (:mod:`instructor.canary`) goes first, on the same cluster: where
+    the solution does not earn full marks or the blank release earns any, a CourseError and no grade written.
+    ``canary=False`` only for tests that grade the same class again and again."""
     root = Path(root)
     t0 = time.time()
     os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
@@ -108,8 +113,12 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     if todo:
         ctx = contextlib.nullcontext(client) if client is not None else cluster(workers, scheduler, log)
         with ctx as cl:
-            run_tasks(cl, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late,
-                      state, results, log)
+            kit_futures = KitFutures(cl, kits)
+            if canary:
+                canaries.dask(cl, root, sorted({item[0] for item in todo}, key=sections.index), kit_futures,
+                              timeout, task_timeout, task_env, log)
+            run_tasks(cl, root, todo, kit_futures, timeout, task_timeout, task_env, feedback, db_url, course_id,
+                      late, state, results, log)
     reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
@@ -120,8 +129,8 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     return reports
 
 
-def run_tasks(client, root, todo, kits, timeout, task_timeout, task_env, feedback, db_url, course_id, late, state,
-              results, log):
+def run_tasks(client, root, todo, kit_futures, timeout, task_timeout, task_env, feedback, db_url, course_id, late,
+              state, results, log):
     """Submit the tasks (one in flight per worker thread), merge each result as it arrives, keep the state."""
     from distributed import as_completed
     from tqdm import tqdm
@@ -134,7 +143,7 @@ def run_tasks(client, root, todo, kits, timeout, task_timeout, task_env, feedbac
         link += " (its plots need `pip install bokeh`)"
     nworkers = len(client.scheduler_info().get("workers", {}))
     log(f"grading {len(todo)} submission(s) on {nworkers} Dask worker(s); Dask dashboard: {link}")
-    kit_futures = KitFutures(client, kits)
+    kits = kit_futures.kits
     args = {}
 
     def submit(item):

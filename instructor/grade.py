@@ -9,7 +9,9 @@ autograde`` batch per section instead (:mod:`instructor.serial`).  Either way ev
 total score, each test cell that lost points with the first line of its message, and reasons such
 as "cell timed out", "kernel died", "notebook is not valid JSON", "notebook missing (found
 other.ipynb)", "tampering suspected: …" are printed (:mod:`instructor.outcome`).  Grading is refused
-in one line where the sandbox cannot start, unless ``--unsandboxed`` asks for grading without it.
+in one line where the sandbox cannot start, unless ``--unsandboxed`` asks for grading without it, and where
+the canary fails (:mod:`instructor.canary`: the instructor's solution, graded first by the same path, loses
+points, or the blank release earns some): then no student grade is written and the exit status is 2.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import canary
 from .cluster import grade_class
 from .config import CourseError, ready, resolve_sections
 from .outcome import format_report
@@ -55,6 +58,7 @@ def main(argv=None, prog: str = "./course grade"):
         sections = resolve_sections(args.sections, root)
         if args.serial:
             ready(root, sections)   # grade_class checks the same itself
+            canary.serial(root, [s for s in sections if has_submissions(root, s, args.student)], args.timeout)
             reports = {sec: grade(sec, root, args.timeout, args.student) for sec in sections}
         else:
             reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,
@@ -72,6 +76,11 @@ def main(argv=None, prog: str = "./course grade"):
         out = reports[sections[0]] if len(sections) == 1 else reports
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
+
+
+def has_submissions(root: Path, section: str, students=None) -> bool:
+    sub = root / "submitted"
+    return sub.is_dir() and any((p / section).is_dir() and (not students or p.name in students) for p in sub.iterdir())
 
 
 if __name__ == "__main__":

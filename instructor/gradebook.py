@@ -51,6 +51,35 @@ def gradebook_entry(db_url: str, section: str, student: str) -> dict | None:
         return out
 
 
+def clear_autogrades(db_url: str, course_id: str, section: str, student: str):
+    """A submission that could not be graded keeps no score of an earlier grading: its cells' auto scores,
+    comments and late penalty are cleared, as nbgrader leaves them for a notebook it could not grade (the cell
+    then needs a manual grade; a manual score already given is kept).  Nothing to do for a new student."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _clear(db_url, course_id, section, student)
+
+
+def _clear(db_url, course_id, section, student):
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course_id) as gb:
+        try:
+            sub = gb.find_submission(section, student)
+        except MissingEntry:
+            return
+        for nb in sub.notebooks:
+            for grade in nb.grades:
+                grade.auto_score = None
+                grade.needs_manual_grade = True
+            for comment in nb.comments:
+                comment.auto_comment = None
+            nb.late_submission_penalty = None
+        gb.db.commit()
+
+
 # -- the coordinator: one writer -----------------------------------------------------------
 def merge_result(root: Path, db_url: str, course_id: str, result: dict, late_plugin=None):
     """Write one task's result into the course: autograded/ files, feedback/, and the gradebook."""
@@ -67,7 +96,9 @@ def _merge_into(root, db_url, course_id, result, late_plugin):
     section, student = result["section"], result["student"]
     entry = result.get("gradebook")
     if entry is None and not result.get("files"):
-        return  # nothing came back (a dead worker): what an earlier run wrote stays as it was
+        # nothing came back (a dead worker, a task that failed): no score of an earlier grading survives it
+        _clear(db_url, course_id, section, student)
+        return
     dest = Path(root) / "autograded" / student / section
     remove(dest)
     if result.get("files"):

@@ -11,7 +11,7 @@ from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env
 from attncourse.judge.sandbox import sandbox_status
 
 from .config import CourseError, course_db, release_notebook
-from .gradebook import gradebook_scores
+from .gradebook import clear_autogrades, gradebook_scores
 from .outcome import classify_log, format_report, student_entry
 from .prescan import prescan
 
@@ -76,7 +76,11 @@ def grade(section: str, root: Path, timeout: int | None = None, students=None, l
         batch = subprocess.CompletedProcess([], 0, "", "")
     report = {"section": section, "students": {}, "batch_returncode": batch.returncode,
               "sandboxed": sandboxed, "sandbox": sandbox_line}
-    scores = gradebook_scores(*course_db(root), section) if students else {}
+    db = course_db(root)
+    for s in students:   # nbgrader could not grade it: its earlier scores must not stand (the Dask path's rule)
+        if not (root / "autograded" / s / section / f"{section}.ipynb").is_file():
+            clear_autogrades(*db, section, s)
+    scores = gradebook_scores(*db, section) if students else {}
     for s in students:
         def why_missing(s=s):  # nbgrader could not grade it: grade it alone to learn why
             single = run_nbgrader(root, ["autograde", section, "--create", "--force", f"--student={s}", *extra], env=env)

@@ -325,7 +325,7 @@ def test_postgresql_gradebook(postgres, runs, client, tmp_path):
 
     course.submit("good", SECTION, src)
     course.submit("wrong", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
-    report = grade_class(course.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
+    report = grade_class(course.root, [SECTION], client=client, canary=False, log=lambda *a: None)[SECTION]
     assert report["students"]["good"]["score"] == report["students"]["good"]["max_score"] > 0
     got = _snapshot(postgres)
     want = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
@@ -341,14 +341,14 @@ def test_rerun_grades_only_new_or_changed_submissions(runs, client):
 
     serial, par, first = runs
     assert sorted(first["graded_now"]) == sorted(first["students"])
-    again = grade_class(par.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
+    again = grade_class(par.root, [SECTION], client=client, canary=False, log=lambda *a: None)[SECTION]
     # the one whose worker died is not in the gradebook: it is graded again, now normally
     assert again["graded_now"] == ["worker_dies"], again["graded_now"]
     assert again["students"]["worker_dies"]["score"] == again["students"]["good"]["score"] > 0
     assert again["students"]["wrong"] == first["students"]["wrong"]
     src = slim(par.source_nb(SECTION))
     par.submit("wrong", SECTION, with_cells(src, {CORPUS_CELL: CORRECT}))
-    fixed = grade_class(par.root, [SECTION], client=client, log=lambda *a: None)[SECTION]
+    fixed = grade_class(par.root, [SECTION], client=client, canary=False, log=lambda *a: None)[SECTION]
     assert fixed["graded_now"] == ["wrong"], fixed["graded_now"]
     assert fixed["students"]["wrong"]["score"] == fixed["students"]["good"]["score"]
 
@@ -425,3 +425,73 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
             assert kits.sent["s"] == 1  # recomputed by the scheduler, never sent again
             with pytest.raises(Exception):
                 client.submit(size, scattered, pure=False).result(timeout=60)
+
+
+# -- a stale score, the canary ------------------------------------------------------------------
+@pytest.mark.parametrize("engine", ["serial", "dask"])
+def test_ungradable_resubmission_keeps_no_old_score(engine, request, tmp_path):
+    """After full marks, a resubmission nbgrader cannot grade (not JSON) is recorded as 0 with its reason, on
+    both paths (serial kept the old score); the paired student's gradable resubmission gets its honest score."""
+    from instructor.cluster import grade_class
+    from instructor.serial import grade
+    from tests.corpus._base import WRONG
+
+    course = Course(tmp_path / engine, [SECTION])
+    course.generate(SECTION)
+    src = slim(course.source_nb(SECTION))
+    for s in ("broken", "honest"):
+        course.submit(s, SECTION, src)
+
+    def run():
+        if engine == "serial":
+            return grade(SECTION, course.root, log=lambda *a: None)
+        return grade_class(course.root, [SECTION], client=request.getfixturevalue("client"), canary=False,
+                           log=lambda *a: None)[SECTION]
+
+    first = run()["students"]
+    full = first["broken"]["max_score"]
+    assert first["broken"]["score"] == first["honest"]["score"] == full > 0, first
+    course.submit("broken", SECTION, "{ not json")
+    course.submit("honest", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    second = run()["students"]
+    db = _snapshot(f"sqlite:///{course.root / 'gradebook.db'}")
+    assert db["broken"]["score"] == second["broken"]["score"] == 0, (db["broken"], second["broken"])
+    assert any("not valid JSON" in r for r in second["broken"]["reasons"]), second["broken"]
+    assert 0 < db["honest"]["score"] == second["honest"]["score"] < full, (db["honest"], second["honest"])
+
+
+def _grade_cli(course: Course, *args, pythonpath: Path | None = None):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cwd = ROOT
+    if pythonpath is not None:
+        env["PYTHONPATH"], cwd = str(pythonpath), pythonpath
+    return subprocess.run([sys.executable, "-m", "instructor.grade", "02", "--root", str(course.root), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("engine", ["serial", "dask"])
+def test_canary_stops_a_broken_environment(engine, tmp_path):
+    """The course package the grader imports is not the one the sandboxed kernels find (PYTHONPATH names a copy
+    of this checkout; the kernels' editable install points at a checkout the sandbox does not show them): every
+    student would score 0 with "NameError: GRADER".  The canary stops the run: exit status 2, one line naming the
+    failed import, no grade in the gradebook.  The honest environment then grades the class."""
+    copy = tmp_path / "other-checkout"
+    for pkg in ("attncourse", "instructor"):
+        shutil.copytree(ROOT / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    course = Course(tmp_path / "course", [SECTION])
+    course.generate(SECTION)
+    course.submit("good", SECTION, slim(course.source_nb(SECTION)))
+    args = ["--serial"] if engine == "serial" else ["--workers", "1"]
+    proc = _grade_cli(course, *args, pythonpath=copy)
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    lines = [ln for ln in proc.stderr.splitlines() if "canary failed" in ln]
+    assert len(lines) == 1 and "No module named 'attncourse'" in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == {}
+    assert not (course.root / "autograded").exists()
+    if engine == "serial":   # (the Dask path's honest canary: the `runs` fixture)
+        proc = _grade_cli(course, "--serial")
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+        assert "canary 02_qkv_by_hand: the solution" in proc.stdout
+        got = _snapshot(f"sqlite:///{course.root / 'gradebook.db'}")
+        assert set(got) == {"good"} and got["good"]["score"] > 0, got

@@ -1,0 +1,170 @@
+"""The canary: before a class is graded, the instructor's solution and the blank release are graded the same way.
+
+``./course grade`` first grades ``source/<section>/<section>.ipynb`` (nbgrader's instructor version) and
+``release/<section>/<section>.ipynb`` (the untouched handout) by the path the class takes (the same Dask
+tasks, or the same serial ``nbgrader autograde``: the same kernel launcher, sandbox, limits), each in a scratch
+course with a gradebook of its own, so the canaries never appear in the course's gradebook.  The solution must
+earn every autograded point and the blank none.  Otherwise the environment is broken (a kernel that cannot
+import the course package, a missing package, a device that is not there) and every student would get the
+same wrong score: no student grade is written and the run stops with one line saying what broke, as a rule
+the first error of the solution's notebook (its setup cell's).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from attncourse.judge.autograded import first_line
+from attncourse.judge.files import read_regular
+from attncourse.judge.scratch import course_files, write_course
+
+from .config import CourseError
+from .gradebook import gradebook_entry
+
+SOLUTION, BLANK = "canary-solution", "canary-blank"
+
+
+def submissions(root, section: str) -> dict:
+    """{canary student: its files}: the instructor's notebook and the blank release."""
+    name = f"{section}.ipynb"
+    out = {}
+    for student, base in ((SOLUTION, "source"), (BLANK, "release")):
+        path = Path(root) / base / section / name
+        if not path.is_file():
+            raise CourseError(f"{section}: no {base}/{section}/{name} for the canary: run `./course build {section}`")
+        out[student] = {name: read_regular(path, 64 << 20)}
+    return out
+
+
+def autograded_points(nb) -> dict:
+    """{grade_id: points} of the autograder tests (code grade cells that are not answers): what autograde scores."""
+    out = {}
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if c.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
+            out[meta["grade_id"]] = float(meta.get("points", 0) or 0)
+    return out
+
+
+def outcome(entry: dict | None, notebook: bytes | None, why: str = "") -> dict:
+    """One canary's grading: what nbgrader stored (:func:`instructor.gradebook.gradebook_entry`), the autograded
+    notebook, and why nothing came back (when nothing did)."""
+    import nbformat
+
+    nb = None
+    if notebook:
+        try:
+            nb = nbformat.reads(notebook.decode("utf-8", "replace"), as_version=4)
+        except Exception:  # noqa: BLE001
+            nb = None
+    grades = {k: v.get("auto_score") or 0.0 for n in (entry or {}).get("notebooks", {}).values()
+              for k, v in n["grades"].items()}
+    return {"grades": grades, "nb": nb, "why": why}
+
+
+def first_error(nb) -> str | None:
+    """``<cell>: <Error>: <message>`` of the first error in the notebook (the setup cell's, when it broke)."""
+    for i, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                where = cell.metadata.get("nbgrader", {}).get("grade_id") or f"cell {i + 1}"
+                return f"{where}: {out.get('ename')}: {first_line(out.get('evalue', ''))}"
+    return None
+
+
+def verdict(section: str, release_nb, outcomes: dict, seconds: float, log=print) -> str | None:
+    """None when the solution earned every autograded point and the blank none; else the one line that says
+    what broke.  Logs the canary's scores and seconds."""
+    tests = autograded_points(release_nb)
+    full = sum(tests.values())
+    sol, blank = outcomes[SOLUTION], outcomes[BLANK]
+    got = {s: sum(o["grades"].get(g, 0.0) for g in tests) for s, o in outcomes.items()}
+    log(f"canary {section}: the solution {got[SOLUTION]:g} / {full:g}, the blank release {got[BLANK]:g} / {full:g} "
+        f"({seconds:.1f} s)")
+    if got[SOLUTION] != full or not tests:
+        lost = [g for g in tests if sol["grades"].get(g, 0.0) != tests[g]]
+        cause = ((first_error(sol["nb"]) if sol["nb"] is not None else None) or sol["why"]
+                 or f"no error shown; lost points in {', '.join(lost[:5])}")
+        return (f"{section}: the instructor's solution (source/{section}/{section}.ipynb) scored {got[SOLUTION]:g} / "
+                f"{full:g} here: {first_line(cause, 300)}")
+    if got[BLANK]:
+        earned = [g for g in tests if blank["grades"].get(g)]
+        return (f"{section}: the blank release (release/{section}/{section}.ipynb) scored {got[BLANK]:g} / {full:g}: "
+                f"{', '.join(earned[:5])} give points to an untouched notebook")
+    return None
+
+
+def refuse(problems: list):
+    """No student grade is written: the run stops, one line per broken section."""
+    if problems:
+        raise CourseError("canary failed, no student graded: " + "\n".join(problems))
+
+
+def release_nb(files: dict, section: str):
+    import nbformat
+
+    return nbformat.reads(files[BLANK][f"{section}.ipynb"].decode("utf-8", "replace"), as_version=4)
+
+
+def serial(root, sections, timeout: int | None = None, extra_env: dict | None = None, log=print):
+    """The canary of the serial path: :func:`instructor.serial.grade` on a scratch course per section."""
+    from attncourse.course import with_python_bin
+
+    from .serial import grade
+    from .task import scratch_api
+
+    os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
+    problems = []
+    for section in sections:
+        t0 = time.time()
+        subs = submissions(root, section)
+        with tempfile.TemporaryDirectory(prefix=f"attncourse-canary-{section}-") as tmp:
+            tmp = Path(tmp)
+            files = course_files(root, section)
+            # a gradebook of its own, whatever the course's config names (never the course's PostgreSQL server)
+            db = f"sqlite:///{tmp / 'gradebook.db'}"
+            files["nbgrader_config.py"] += f"\nc.CourseDirectory.db_url = {db!r}\n".encode()
+            write_course(tmp, files, section, subs)
+            gen = scratch_api(tmp, None)[0].generate_assignment(section, force=True, create=True)
+            if not gen.get("success"):
+                lines = [ln for ln in ((gen.get("log") or "") + (gen.get("error") or "")).splitlines() if ln.strip()]
+                raise CourseError(f"{section}: the canary's generate_assignment failed: "
+                                  + first_line(lines[-1] if lines else "", 300))
+            report = grade(section, tmp, timeout, log=lambda *a: None, extra_env=extra_env)
+            outcomes = {}
+            for s in subs:
+                nb = tmp / "autograded" / s / section / f"{section}.ipynb"
+                outcomes[s] = outcome(gradebook_entry(db, section, s), nb.read_bytes() if nb.is_file() else None,
+                                      "; ".join(report["students"].get(s, {}).get("reasons", [])))
+        problem = verdict(section, release_nb(subs, section), outcomes, time.time() - t0, log)
+        problems += [problem] if problem else []
+    refuse(problems)
+
+
+def dask(client, root, sections, kit_futures, timeout, task_timeout, task_env, log=print):
+    """The canary of the Dask path: the same tasks as the class (:func:`instructor.task.grade_task`), all sections'
+    canaries at once, before any student's."""
+    from .task import grade_task
+
+    t0 = time.time()
+    subs = {section: submissions(root, section) for section in sections}
+    futures = {(section, s): client.submit(grade_task, kit_futures.get(section), s, files, None, timeout,
+                                           task_timeout, task_env, False, pure=False,
+                                           key=f"canary-{section}-{s}-{os.urandom(4).hex()}")
+               for section in sections for s, files in subs[section].items()}
+    outcomes: dict = {section: {} for section in sections}
+    for (section, s), fut in futures.items():
+        try:
+            r = fut.result()
+            why = "; ".join(r.get("faults", [])) or first_line((r.get("log") or "")[-300:], 300)
+            outcomes[section][s] = outcome(r.get("gradebook"), r.get("files", {}).get(f"{section}.ipynb"), why)
+        except Exception as exc:  # noqa: BLE001 - a dead worker, a lost kit: the canary did not come back
+            outcomes[section][s] = outcome(None, None, f"grading failed: {type(exc).__name__}: {exc}")
+        finally:
+            fut.release()
+    seconds = time.time() - t0
+    problems = [p for section in sections
+                if (p := verdict(section, release_nb(subs[section], section), outcomes[section], seconds, log))]
+    refuse(problems)
