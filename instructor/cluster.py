@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from attncourse.course import with_python_bin
-from attncourse.judge.sandbox import sandbox_status
-from attncourse.judge.scratch import tree_hash
+from judge.sandbox import sandbox_status
+from judge.scratch import tree_hash
 
 from .config import CourseError, duedate, late_plugin, ready
 from .gradebook import graded_students, merge_result
