@@ -53,7 +53,7 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # A deleted grade cell is put back (and scored) rather than silently skipped.
 c.OverwriteCells.add_missing_cells = True
 
-# A flood of output is capped as it arrives from the kernel (attncourse/judge/output_caps.py), before
+# A flood of output is capped as it arrives from the kernel (judge/output_caps.py), before
 # nbgrader holds it: every kind (prints, images, display updates, tracebacks) per cell and per notebook,
 # so the autograded notebook stays within ~20 MB whatever the kernel prints.  The grader's records
 # have a budget of their own (a cell over it scores 0).  These are the defaults, spelled out:
@@ -82,9 +82,9 @@ from nbgrader.preprocessors import (
     AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
 )
 
-from attncourse.judge.nbgrader_hooks import install as install_link_guards
-from attncourse.judge.preprocessors import IsolatedExecute, JudgeRecords
-from attncourse.judge.sandbox import configure_nbgrader
+from judge.nbgrader_hooks import install as install_link_guards
+from judge.preprocessors import IsolatedExecute, JudgeRecords
+from judge.sandbox import configure_nbgrader
 
 configure_nbgrader(c, ROOT)
 install_link_guards()   # nbgrader never follows a link a student put in a submission
@@ -101,7 +101,7 @@ from nbgrader.preprocessors import (
     ComputeChecksums, IncludeHeaderFooter, InstantiateTests, LockCells, SaveCells,
 )
 
-from attncourse.judge.handout import HandOut
+from judge.handout import HandOut
 
 c.HandOut.course_root = str(ROOT)
 c.GenerateAssignment.preprocessors = [

@@ -6,11 +6,12 @@
   student's code on hidden *inputs* and records what came back; it makes no verdict.
 * :mod:`attncourse.protocol` — what crosses between them: stored cases, records, the
   parser of ``GRADER.check`` calls.
-* :mod:`attncourse.judge` — what runs in the nbgrader process, where no student code runs:
-  the verdict, the sandbox the kernels start in, nbgrader's preprocessors and file guards.
 * :mod:`attncourse.selfcheck` — the self-study learner's "check my work".
 
-No solutions or reference outputs live in this package: students install it.
+Not here: the judge (the verdict, the sandbox the kernels start in, nbgrader's preprocessors and
+file guards) is the course checkout's top-level package ``judge``, which runs in the nbgrader
+process; a grading kernel's sandbox binds this package only. No solutions or reference outputs live
+in this package: students install it.
 """
 from .teach.checks import compare, max_diff
 from .teach.devices import best_device, seed_everything

@@ -53,7 +53,7 @@ def grading_env(keep=(), extra=None) -> dict:
     Python's bin folder first on PATH; silences warnings (a warning on stderr would
     score a test cell 0); draws off-screen; keeps transformers offline.  ``extra``
     is applied last.  (The kernels themselves get an allow-listed part of it:
-    :func:`attncourse.judge.sandbox.kernel_env`.)
+    :func:`judge.sandbox.kernel_env`.)
     """
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JPY_", "JUPYTER_")) and (not k.startswith("ATTNCOURSE_") or k in keep)}

@@ -6,7 +6,7 @@ From the notebook's last cell::
 
 or from a shell: ``./course check 02``.  It copies your saved notebook into a
 temporary course folder (with the section's source assignment and the hidden
-reference data, :mod:`attncourse.judge.scratch`), runs nbgrader's own
+reference data, :mod:`judge.scratch`), runs nbgrader's own
 ``generate_assignment`` and ``autograde`` there — the same judge an instructor's
 grading uses — and prints per-exercise points and the grader's messages.  It never
 prints hidden test code, reference values or solutions.  Save first (Ctrl+S): the
@@ -43,9 +43,9 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
 
     ``timeout``: seconds one cell may run (default: the course's nbgrader_config.py).
     """
-    from .judge.autograded import grade_cells
-    from .judge.files import MAX_NOTEBOOK_BYTES, Refused, read_regular
-    from .judge.scratch import course_files, write_course
+    from judge.autograded import grade_cells
+    from judge.files import MAX_NOTEBOOK_BYTES, Refused, read_regular
+    from judge.scratch import course_files, write_course
 
     t0 = time.time()
     root = Path(root) if root else _course_root()

@@ -212,7 +212,7 @@ def build_section(name: str, log=print) -> dict:
             data["cases"][f"{ex.name}:{case.name}"] = build_case(ex, case, context, data["messages"], log)
         if ex.handout:
             handouts[ex.cell] = check_handout(ex, data["cases"], context)
-    if handouts:   # grade_id -> the code the student's notebook shows (attncourse.judge.handout.HandOut)
+    if handouts:   # grade_id -> the code the student's notebook shows (judge.handout.HandOut)
         data["handouts"] = handouts
     return data
 

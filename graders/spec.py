@@ -6,7 +6,7 @@ Each section module (``graders/s02_qkv_by_hand.py`` ...) defines ``SECTION``, a
 * ``python -m authoring.references`` writes ``graders/data/<section>.pt``: hidden
   inputs (all that the grading kernel ever sees), reference outputs and every
   known mistake's output on the same inputs, which the judge
-  (:mod:`attncourse.judge.verdict`) compares with the kernel's records outside the kernel;
+  (:mod:`judge.verdict`) compares with the kernel's records outside the kernel;
 * the test suite injects each :class:`Mistake`'s code into the student's
   solution cell, autogrades with nbgrader and proves it loses marks with its
   own message, and injects each correct :class:`Variant` and proves it earns

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from attncourse.course import with_python_bin
-from attncourse.judge.sandbox import sandbox_status
-from attncourse.judge.scratch import tree_hash
+from judge.sandbox import sandbox_status
+from judge.scratch import tree_hash
 
 from . import canary as canaries
 from .config import CourseError, duedate, late_plugin, ready

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attncourse.judge.files import remove, write_tree
+from judge.files import remove, write_tree
 
 
 def gradebook_scores(db_url, course_id, section) -> dict:

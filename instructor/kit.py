@@ -4,17 +4,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from attncourse.judge.autograded import SCHEMA
-from attncourse.judge.files import read_tree
-from attncourse.judge.scratch import course_files, tree_hash
+from judge.autograded import SCHEMA
+from judge.files import read_tree
+from judge.scratch import course_files, tree_hash
 
 from .prescan import submission_folder
 
 
 def make_kit(root: Path, section: str) -> dict:
-    """Everything a task needs of the course for ``section`` (:func:`attncourse.judge.scratch.course_files`),
+    """Everything a task needs of the course for ``section`` (:func:`judge.scratch.course_files`),
     as bytes, with a content hash (a changed kit regrades everyone; so does a new format of the judge's verdicts,
-    :data:`attncourse.judge.autograded.SCHEMA`, which autograded notebooks of an older one do not carry)."""
+    :data:`judge.autograded.SCHEMA`, which autograded notebooks of an older one do not carry)."""
     files = course_files(root, section)
     return {"section": section, "files": files, "hash": tree_hash({**files, "(verdict schema)": str(SCHEMA).encode()})}
 

@@ -2,15 +2,15 @@
 
 One :func:`student_entry` serves the serial path and the Dask engine: the score comes from the
 gradebook, the verdicts from the judge's record in the autograded notebook
-(:mod:`attncourse.judge.autograded`), and the two are checked against each other.  What the terminal
-shows of it is inert (:func:`attncourse.judge.sanitize.inert`): a student's text cannot move the cursor,
+(:mod:`judge.autograded`), and the two are checked against each other.  What the terminal
+shows of it is inert (:func:`judge.sanitize.inert`): a student's text cannot move the cursor,
 recolour or rewrite a line."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from attncourse.judge.autograded import first_line, grade_cells, run_reasons
-from attncourse.judge.sanitize import inert
+from judge.autograded import first_line, grade_cells, run_reasons
+from judge.sanitize import inert
 
 from .config import release_notebook, release_points
 from .gradebook import gradebook_scores

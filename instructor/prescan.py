@@ -8,15 +8,16 @@ import os
 import re
 from pathlib import Path
 
-from attncourse.judge.autograded import first_line
-from attncourse.judge.files import plain_below, read_tree
+from judge.autograded import first_line
+from judge.files import plain_below, read_tree
 
 
 # Student code (any cell that is not locked) that tries to trick the checks.
 TAMPER_PATTERNS = [
     (r"\bGRADER\b", "a student cell uses GRADER"),
     (r"\battncourse\s*\.\s*(kernel|protocol|judge|selfcheck)\b"
-     r"|from\s+attncourse\.(kernel|protocol|judge)|from\s+attncourse\s+import\s+(kernel|protocol|judge)\b",
+     r"|from\s+attncourse\.(kernel|protocol|judge)|from\s+attncourse\s+import\s+(kernel|protocol|judge)\b"
+     r"|\b(from|import)\s+judge\b",
      "a student cell reaches into the grader's modules"),
     (r"\b(np|numpy)\s*\.\s*(allclose|isclose|array_equal|testing(\s*\.\s*\w+)?)\s*=(?!=)",
      "rebinds a NumPy comparison"),
@@ -68,7 +69,7 @@ SUSPECT_NAMES = {
 
 
 SUSPECT_MODULES = {"ctypes", "subprocess", "socket", "importlib", "inspect", "gc", "ptrace", "signal", "IPython"}
-GRADER_MODULES = ("attncourse.kernel", "attncourse.protocol", "attncourse.judge", "attncourse.selfcheck")
+GRADER_MODULES = ("attncourse.kernel", "attncourse.protocol", "attncourse.judge", "attncourse.selfcheck", "judge.")
 
 
 def ast_flags(source: str) -> list[str]:
@@ -92,7 +93,7 @@ def ast_flags(source: str) -> list[str]:
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for mod in mods:
-                if mod.startswith(GRADER_MODULES):
+                if mod == "judge" or mod.startswith(GRADER_MODULES):
                     found.append("a student cell reaches into the grader's modules")
                 elif mod in SUSPECT_MODULES or mod.split(".")[0] in SUSPECT_MODULES:
                     found.append(f"imports {mod}")

@@ -9,14 +9,14 @@ and ``./course grade``'s record of faults, and writes ``reports/<section>/``
 * the score distribution (``scores.png``, ``students.csv``);
 * the pass rate per exercise and per hidden check (``exercises.png``, ``checks.png``,
   ``exercises.csv``, ``checks.csv``);
-* the named mistakes (the causes the judge named, :mod:`attncourse.judge.autograded`) ranked by
+* the named mistakes (the causes the judge named, :mod:`judge.autograded`) ranked by
   how many students made them, with their ids (``mistakes.png``, ``mistakes.csv``);
 * faults: time-outs, memory, dead kernels, invalid or missing notebooks, failed
   grading (``faults.csv``); tampering flags (``tampering.csv``);
 * every student's score in every graded cell (``cells.csv``).
 
 Everything comes from the judge's records, never from text in the outputs; text a student shaped is
-inert where it lands (:mod:`attncourse.judge.sanitize`: escaped HTML, CSV cells that are never
+inert where it lands (:mod:`judge.sanitize`: escaped HTML, CSV cells that are never
 formulas, plot labels that are never mathtext).  A submission that cannot be read is that student's
 fault in the report; the others are reported as usual.
 """
@@ -29,9 +29,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from attncourse.judge.autograded import first_line, grade_cells
-from attncourse.judge.sandbox import sandbox_status
-from attncourse.judge.sanitize import csv_cell, plot_label
+from judge.autograded import first_line, grade_cells
+from judge.sandbox import sandbox_status
+from judge.sanitize import csv_cell, plot_label
 
 from .config import CourseError, course_db, ready, resolve_sections
 from .outcome import section_report

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env
-from attncourse.judge.sandbox import sandbox_status
+from judge.sandbox import sandbox_status
 
 from .config import CourseError, course_db, release_notebook
 from .gradebook import clear_autogrades, gradebook_scores

@@ -12,9 +12,9 @@ import traceback
 from pathlib import Path
 
 from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
-from attncourse.judge.files import read_tree
-from attncourse.judge.sandbox import sandbox_status
-from attncourse.judge.scratch import tree_hash, write_course
+from judge.files import read_tree
+from judge.sandbox import sandbox_status
+from judge.scratch import tree_hash, write_course
 
 from .config import load_config
 from .gradebook import gradebook_entry

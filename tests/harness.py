@@ -73,10 +73,10 @@ def cell_text(cell) -> str:
 
 
 class Course:
-    """A scratch course (:mod:`attncourse.judge.scratch`) of some sections of this one, graded as an instructor would."""
+    """A scratch course (:mod:`judge.scratch`) of some sections of this one, graded as an instructor would."""
 
     def __init__(self, root: Path, sections=None):
-        from attncourse.judge.scratch import course_files, write_course
+        from judge.scratch import course_files, write_course
 
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)

@@ -141,7 +141,7 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
 
     import nbformat
 
-    from attncourse.judge.scratch import tree_hash as files_hash
+    from judge.scratch import tree_hash as files_hash
     from instructor.kit import make_kit, submission_files
     from instructor import task as task_module
     from instructor.task import grade_task, task_environment, template
@@ -358,9 +358,9 @@ def test_report_counts_checks_that_hit_a_limit_as_faults():
     judge's record says so (``limit``), whatever the words of the message."""
     import nbformat
 
-    from attncourse.judge.autograded import KEY
-    from attncourse.judge.preprocessors import verdict
-    from attncourse.judge.verdict import explain_exception, problem
+    from judge.autograded import KEY
+    from judge.preprocessors import verdict
+    from judge.verdict import explain_exception, problem
     from instructor.report import check_faults
 
     def cell(gid, *problems):

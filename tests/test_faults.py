@@ -71,7 +71,7 @@ def test_feedback_html_names_the_mistake_without_reference_values(batch):
 def test_check_time_limit_in_process(monkeypatch):
     """The kernel-side runner stops a looping call itself (ATTNCOURSE_CHECK_TIMEOUT); the judge says so."""
     from attncourse.kernel import grader as grading
-    from attncourse.judge.verdict import explain_exception
+    from judge.verdict import explain_exception
 
     monkeypatch.setenv("ATTNCOURSE_CHECK_TIMEOUT", "0.5")
 

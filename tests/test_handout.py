@@ -1,4 +1,4 @@
-"""Find-the-bug exercises (``Exercise(handout=<mistake key>)``, attncourse/judge/handout.py).
+"""Find-the-bug exercises (``Exercise(handout=<mistake key>)``, judge/handout.py).
 
 In a scratch copy of the course, section 03's ``causal_mask`` is turned into a find-the-bug exercise
 handing out its ``inverted`` mistake, then built and graded as an instructor would:

@@ -62,7 +62,7 @@ def _mistake():
 
 
 def why_no_hub() -> str | None:
-    from attncourse.judge.sandbox import bwrap_works
+    from judge.sandbox import bwrap_works
     from instructor.hub import why_not
 
     reason = why_not()

@@ -16,7 +16,7 @@ from nbformat.notebooknode import NotebookNode
 from attncourse.protocol.calls import check_calls
 from attncourse.protocol.cases import SECRET, StoredCase
 from attncourse.kernel.grader import run
-from attncourse.judge.preprocessors import judge_cell, reference_data
+from judge.preprocessors import judge_cell, reference_data
 from attncourse.kernel.encode import encode
 from attncourse.protocol.records import MIME, decode
 from tests.harness import ROOT

@@ -1,4 +1,4 @@
-"""Output caps (attncourse/judge/output_caps.py): every output kind is capped per cell and per notebook as it arrives.
+"""Output caps (judge/output_caps.py): every output kind is capped per cell and per notebook as it arrives.
 
 The unit tests feed kernel messages to IsolatedExecute's nbclient hooks; the end-to-end test grades, through
 nbgrader's autograde, a section-02 submission whose solution cell floods display data and stdout, beside its
@@ -12,8 +12,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from attncourse.judge.output_caps import KEPT_SHORT, RESOURCES_KEY
-from attncourse.judge.preprocessors import IsolatedExecute, judge_cell
+from judge.output_caps import KEPT_SHORT, RESOURCES_KEY
+from judge.preprocessors import IsolatedExecute, judge_cell
 from attncourse.protocol.records import MIME
 
 MB = 1_000_000

@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from attncourse.judge.sandbox import KERNEL_ENV_ALLOW
+from judge.sandbox import KERNEL_ENV_ALLOW
 from tests.harness import CORPUS_CELL, CORPUS_SECTION, Course, cell_by_id, slim, total_points, with_cells
 
 pytestmark = pytest.mark.xdist_group("sandbox")
 
 
 def _need_bwrap():
-    from attncourse.judge.sandbox import bwrap_works
+    from judge.sandbox import bwrap_works
 
     ok, why = bwrap_works()
     if not ok:
@@ -96,7 +96,7 @@ def test_sandboxed_kernel_sees_only_its_submission(tmp_path):
 
 def test_bwrap_command_hides_the_course(tmp_path):
     """The command binds system and Python read-only, the working folder as a tmpfs, and no course folder."""
-    from attncourse.judge.sandbox import bwrap_command, kernel_env
+    from judge.sandbox import bwrap_command, kernel_env
     from tests.harness import ROOT
 
     (tmp_path / ".attncourse-inputs.pt").write_bytes(b"x")
@@ -165,7 +165,7 @@ def test_a_symlinked_venv_runs_sandboxed(tmp_path):
     link = tmp_path / "venv"
     link.symlink_to(os.path.realpath(sys.prefix))
     py = link / "bin" / os.path.basename(sys.executable)
-    probe = ("import os, attncourse.judge.sandbox as s\n"
+    probe = ("import os, judge.sandbox as s\n"
              "{patch}print(s.bwrap_works()[0])\n")
     patch = "s._seen_at = lambda p: [os.path.realpath(p)]\n"
     env = {k: v for k, v in os.environ.items() if k != "ATTNCOURSE_BWRAP"}

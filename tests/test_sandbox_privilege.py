@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from attncourse.judge import sandbox
+from judge import sandbox
 
 pytestmark = pytest.mark.xdist_group("sandbox")
 

@@ -16,9 +16,9 @@ import functools
 import nbformat
 from nbformat.notebooknode import NotebookNode
 
-from attncourse.judge.autograded import KEY, grade_cells, run_reasons
-from attncourse.judge.preprocessors import TIMED_OUT, JudgeRecords
-from attncourse.judge.sanitize import csv_cell, inert, plot_label
+from judge.autograded import KEY, grade_cells, run_reasons
+from judge.preprocessors import TIMED_OUT, JudgeRecords
+from judge.sanitize import csv_cell, inert, plot_label
 from tests.harness import ROOT
 from tests.test_judge import CALLS, SRC, _records, _sdpa_source
 
@@ -254,7 +254,7 @@ def test_an_unreadable_notebook_is_that_students_fault_only(tmp_path, monkeypatc
 def test_isolated_execute_names_the_cell_that_timed_out():
     """A real kernel (unsandboxed, a few seconds): the looping cell is the timed-out one; a cell that raises
     KeyboardInterrupt itself is its own error."""
-    from attncourse.judge.preprocessors import IsolatedExecute
+    from judge.preprocessors import IsolatedExecute
 
     def cell(gid, src):
         return nbformat.v4.new_code_cell(src, metadata={"nbgrader": {"grade": True, "grade_id": gid, "points": 1}})

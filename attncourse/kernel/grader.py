@@ -17,7 +17,7 @@ kernel runs:
   float32/float64/bfloat16), with a time limit, stdout/stderr/warnings swallowed
   and exits blocked, and publishes a *record* of what came back
   (:mod:`attncourse.protocol.records`, encoded by :mod:`attncourse.kernel.encode`).  It makes no verdict: the judge
-  (:class:`attncourse.judge.preprocessors.JudgeRecords`) compares the records with the
+  (:class:`judge.preprocessors.JudgeRecords`) compares the records with the
   reference in the nbgrader process, where student code never runs.
 * **Autograding without the course's judge** (nbgrader's config not loaded): every
   check fails; judging in the student's kernel could be fooled.
@@ -119,11 +119,25 @@ def _install_guard(grader):
     guard()
 
 
+def _course_judge(root):
+    """The judge of the course checkout at ``root`` (outside this package, beside its reference data)."""
+    import importlib
+    import sys
+
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    return importlib.import_module("judge.verdict").judge_record
+
+
 class Grader:
     """Hidden-test runner for one section; create it in the locked setup cell."""
 
-    def __init__(self, section: str):
+    def __init__(self, section: str, judge=None):
+        """``judge``: ``judge_record(spec, record, messages) -> problem or None``, used only where the instructor's
+        full data is at hand (their own notebook, the tests); by default the course checkout's
+        (``judge/verdict.py`` beside ``graders/data``): this package, which students' kernels import, holds none."""
         self.section = section
+        self._judge = judge
         self._count = 0
         self._notes: list = []
         self._reference = None      # the instructor's full data (only when not autograding)
@@ -149,6 +163,7 @@ class Grader:
                 path = root / "graders" / "data" / f"{section}.pt"
                 self._reference = T.torch_load(str(path), weights_only=True)
                 self._cases = self._reference["cases"]
+                self._judge = self._judge or _course_judge(root)
         _install_guard(self)
 
     # -- public API -------------------------------------------------------------
@@ -179,9 +194,7 @@ class Grader:
         if self.autograding:
             _publish_record(record, f"{name}: checked by the autograder")
             return
-        from ..judge.verdict import judge_record
-
-        problem = judge_record(spec, record, self._reference.get("messages", {}))
+        problem = self._judge(spec, record, self._reference.get("messages", {}))
         if problem is not None:
             raise GradingError(f"{name}: {problem}")
         T.print_(f"✓ {name}")

@@ -9,7 +9,7 @@ type, none of its methods called, and a later rebinding of ``torch.Tensor.numpy`
 ``isinstance`` and the like does not change what is recorded.
 
 This protects the *description*, not the grade: the verdict is made outside the
-kernel (:mod:`attncourse.judge.verdict`), against reference values the kernel never holds.
+kernel (:mod:`judge.verdict`), against reference values the kernel never holds.
 """
 from __future__ import annotations
 

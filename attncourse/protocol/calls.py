@@ -5,7 +5,7 @@ Hidden test cells are one call per line::
     GRADER.check("softmax", "rows", softmax)
     GRADER.check("attention_maps", "short", attention_maps, model=SHIPPED.model, tokenizer=SHIPPED.tokenizer)
 
-The autograder's judge (``attncourse.judge.preprocessors``) reads the *locked* cell's
+The autograder's judge (``judge.preprocessors``) reads the *locked* cell's
 source with :func:`check_calls` to know which records must come back, and in what
 order; the self-check, the instructor's report and the tests use the same parser.
 Python's own parser reads the source, so comments, strings and odd spacing cannot

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-# Written by attncourse.judge.preprocessors.IsolatedExecute into the kernel's scratch folder;
+# Written by judge.preprocessors.IsolatedExecute into the kernel's scratch folder;
 # its presence is what tells the kernel's Grader that an autograder is judging.
 INPUTS_FILE = ".attncourse-inputs.pt"
 SECRET = ("expected", "mistakes", "hint")
@@ -28,7 +28,7 @@ class StoredCase:
     ``kind``: ``call`` (a function on ``args``/``kwargs``), ``module`` (an nn.Module built
     with ``init``, loaded with ``params``, called on ``args``), ``value`` (a hand-computed
     answer), ``raises`` (a call that must raise one of ``raises``) or ``property``
-    (invariants of the output named by ``labels``, see :mod:`attncourse.judge.verdict`).
+    (invariants of the output named by ``labels``, see :mod:`judge.verdict`).
     ``device`` is ``cpu``, ``best`` (the best accelerator present) or ``meta``; ``api`` is
     ``torch`` (outputs must be exact tensors on the input's device and dtype), ``numpy`` or
     ``any``.  Fields that are ``None`` are absent from the stored form.

@@ -4,7 +4,7 @@ The kernel's :class:`attncourse.kernel.Grader` runs the student's answer on a ca
 inputs and publishes one record per ``GRADER.check`` call as display data of the MIME
 type :data:`MIME`.  A record holds facts only — exact type, dtype, device, shape and
 the values (float64, base64), or the exception — never a verdict: the judge
-(:mod:`attncourse.judge.verdict`) decides outside the kernel.
+(:mod:`judge.verdict`) decides outside the kernel.
 
 The kernel encodes (:mod:`attncourse.kernel.encode`); the judge decodes here into
 :class:`Got` nodes.

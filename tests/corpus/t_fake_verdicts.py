@@ -26,7 +26,7 @@ REASON = "fake pass text"
 
 def _real_names() -> list:
     """The names the judge gives scaled_dot_product_attention's hidden checks (as a student would copy them)."""
-    from attncourse.judge.preprocessors import reference_data
+    from judge.preprocessors import reference_data
     from attncourse.protocol.cases import StoredCase, label
     from tests.harness import CORPUS_EXERCISE, CORPUS_SECTION, ROOT
 

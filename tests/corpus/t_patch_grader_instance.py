@@ -3,7 +3,7 @@ from ._base import WRONG
 BATCH, EXPECT, OTHERS = "tamper", "zero", True
 SDPA = WRONG + '''
 import types
-import attncourse.judge.verdict as _j
+import judge.verdict as _j
 _j.judge_record = lambda *a, **k: None
 _j.compare = lambda *a, **k: None
 for _name in ("_compare", "_values_match", "_run_and_compare", "_tolerance"):

@@ -2,7 +2,7 @@
 ctypes, directly and from a new user namespace) to leave a file for the next grading run, and fills /dev/shm.
 
 Where the grader ran as root, the kernel inside bubblewrap kept every capability: this remount succeeded, a
-patched ``attncourse/judge/verdict.py`` scored a blank notebook 24/24 from the next run on, and a ``.pth`` planted
+patched ``judge/verdict.py`` scored a blank notebook 24/24 from the next run on, and a ``.pth`` planted
 in site-packages ran as the instructor.  Now the kernel is uid 65534 in its own user namespace with no
 capability, may make no namespace, and mount/umount/unshare are refused by the syscall filter.  The marker file
 it tries to leave (``MARKER`` in each folder) is harmless; the test proves it never appears.

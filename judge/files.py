@@ -3,7 +3,7 @@
 A submission folder comes from a student (a git clone, an unzipped archive, the
 exchange): it may hold symbolic links, FIFOs, device files or huge files.  Whoever
 reads it outside the sandbox — the Dask coordinator, the serial path, the
-self-check, nbgrader's own copy step (patched in :mod:`attncourse.judge.nbgrader_hooks`)
+self-check, nbgrader's own copy step (patched in :mod:`judge.nbgrader_hooks`)
 — uses :func:`read_tree`, which takes regular files only (checked with ``lstat``
 and opened with ``O_NOFOLLOW``), within a size and a count cap, and reports
 everything it refused.  :func:`write_tree` writes such a tree back into a fresh

@@ -1,6 +1,6 @@
 """The one reader of an autograded notebook: the judge's verdict on each code cell, as data.
 
-:class:`attncourse.judge.preprocessors.JudgeRecords` first deletes every ``attncourse`` key from the
+:class:`judge.preprocessors.JudgeRecords` first deletes every ``attncourse`` key from the
 submitted notebook's metadata and its cells' (the student controls them), then writes its verdict on
 every code cell into ``cell.metadata["attncourse"]`` (:data:`KEY`)::
 
@@ -19,7 +19,7 @@ every code cell into ``cell.metadata["attncourse"]`` (:data:`KEY`)::
 Every code cell gets one (a cell without hidden checks: ``checks`` empty).  Only ``checks`` (hidden
 checks' names, verdicts, causes, limits), ``tampering`` and ``timed_out`` are the judge's own findings;
 ``notes`` come with the kernel's records, and ``error``, ``stderr`` and the student's part of a message
-are the kernel's text: data to show (inert, :mod:`attncourse.judge.sanitize`), never to parse.  The
+are the kernel's text: data to show (inert, :mod:`judge.sanitize`), never to parse.  The
 ``✓ check`` / ``✗ check`` lines in the cell's outputs are feedback for the student: nothing reads them
 back.  A grade cell without this record (a notebook the judge did not see) has no verdicts and fails
 with "no verdict from the judge".
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..protocol.calls import exercises_checked
+from attncourse.protocol.calls import exercises_checked
 from .sanitize import inert
 
 KEY = "attncourse"

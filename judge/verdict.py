@@ -5,12 +5,12 @@ mistakes' outputs, :class:`attncourse.protocol.cases.StoredCase`) and a record o
 student's code gave back (:mod:`attncourse.protocol.records`), and returns ``None`` when
 the check passes, else the message the student sees (a :class:`Problem`): wrong type,
 device, dtype, shape, NaN/inf, an exception explained, a failed property, or wrong
-values with the most likely mistake named (:mod:`attncourse.judge.diagnose`).  What the
+values with the most likely mistake named (:mod:`judge.diagnose`).  What the
 judge named in a message -- the mistake, a check's own time or memory limit -- also
 travels beside it as data (``Problem.cause``, ``Problem.limit``), never read back
 from the words.  It never shows reference values.
 
-It runs in the nbgrader process (:class:`attncourse.judge.preprocessors.JudgeRecords`)
+It runs in the nbgrader process (:class:`judge.preprocessors.JudgeRecords`)
 and, for instructors and the test suite, inside :class:`attncourse.kernel.grader.Grader`
 when no autograder is judging.
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..protocol.cases import StoredCase
+from attncourse.protocol.cases import StoredCase
 from .diagnose import matches, which_mistake
-from ..protocol.records import Got, decode
+from attncourse.protocol.records import Got, decode
 
 # Tolerances by dtype and device kind: (atol, rtol).  float32 on an
 # accelerator allows TF32 matmuls (10-bit mantissa).
@@ -90,7 +90,7 @@ def expected_device(spec: StoredCase) -> str | None:
     if spec.kind in ("value", "raises"):
         return None
     if spec.device == "best":
-        from ..teach.devices import best_device
+        from attncourse.teach.devices import best_device
 
         return best_device().type
     return spec.device
@@ -100,7 +100,7 @@ def plain(obj):
     """Stored reference structure -> plain python/numpy (float64 ndarrays)."""
     import torch
 
-    from ..teach.checks import as_numpy
+    from attncourse.teach.checks import as_numpy
 
     if isinstance(obj, torch.Tensor):
         return as_numpy(obj)

@@ -8,7 +8,7 @@ outputs gets that mistake's message; any other wrong answer gets a generic
 hint.  Adding a mistake is one entry in the instructor's catalogue
 (``graders/``), never new code in a notebook.
 
-Runs in the judge (:mod:`attncourse.judge.verdict`), outside the student's kernel.
+Runs in the judge (:mod:`judge.verdict`), outside the student's kernel.
 """
 from __future__ import annotations
 

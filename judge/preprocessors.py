@@ -10,7 +10,7 @@ publishes a record of what the student's code gave back.  When the kernel has
 stopped the scratch folder is deleted (``shutil.rmtree`` never follows links):
 nothing the kernel wrote comes back, only the notebook's outputs.  Sandboxed, the
 kernel does not even see that folder: it works in a size-limited tmpfs at the same
-path, holding the inputs file read-only (:mod:`attncourse.judge.sandbox`).
+path, holding the inputs file read-only (:mod:`judge.sandbox`).
 
 ``JudgeRecords`` (after it, before ``SaveAutoGrades``) sets what nbgrader scores.
 It first deletes every ``attncourse`` key from the notebook's and the cells' metadata: the student
@@ -18,9 +18,9 @@ controls the submitted notebook, and a verdict planted there must never be read.
 For every grade cell that calls ``GRADER.check`` it takes the list of checks from
 the cell's *locked* source (restored from the gradebook by nbgrader), requires
 exactly one record per check, in order, and judges each record against the
-instructor's reference (:func:`attncourse.judge.verdict.judge_record`).  The verdict is
+instructor's reference (:func:`judge.verdict.judge_record`).  The verdict is
 written as data into the cell's metadata (``cell.metadata["attncourse"]``, the format is in
-:mod:`attncourse.judge.autograded`, its one reader); the records in the outputs are replaced by
+:mod:`judge.autograded`, its one reader); the records in the outputs are replaced by
 what the student may see: ``✓ check`` lines, and for a failed check an error output carrying
 the judge's message (nothing reads those words back).  Then, for every grade cell, it removes
 whatever nbgrader would read as a score that the judge did not put there: an
@@ -32,7 +32,7 @@ hit nbgrader's cell timeout is what ``IsolatedExecute`` saw, never an error's na
 code can raise a ``CellTimeoutError`` of its own).
 
 Finally every output and every markdown cell is made safe to show an instructor
-(:mod:`attncourse.judge.sanitize`): formgrader, the feedback HTML and the class report
+(:mod:`judge.sanitize`): formgrader, the feedback HTML and the class report
 render the autograded notebook.
 """
 from __future__ import annotations
@@ -45,12 +45,12 @@ from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 from traitlets import Unicode
 
-from ..protocol.calls import check_calls
-from ..protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
+from attncourse.protocol.calls import check_calls
+from attncourse.protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
 from .autograded import KEY, SCHEMA, first_line
 from .output_caps import RESOURCES_KEY, OutputCaps
 from .verdict import judge_record
-from ..protocol.records import MIME
+from attncourse.protocol.records import MIME
 from .sanitize import safe_attachments, safe_markdown, safe_outputs
 
 TAMPERING = "TamperingSuspected"
@@ -90,7 +90,7 @@ class _CourseRoot:
 class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
     """nbgrader's Execute, with the kernel working in a private scratch folder that holds only the inputs.
 
-    Every output is capped as it arrives from the kernel (:class:`~attncourse.judge.output_caps.OutputCaps`);
+    Every output is capped as it arrives from the kernel (:class:`~judge.output_caps.OutputCaps`);
     cells whose grader records went over their cap are named in ``resources["attncourse_caps"]``.
     """
 
@@ -164,7 +164,7 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
 
 # -- the verdict ----------------------------------------------------------------------------------------
 def verdict(outputs, checks: list, tampering: list, notes: list, timed_out: bool) -> dict:
-    """The judge's record of one code cell (the format: :mod:`attncourse.judge.autograded`).  ``outputs``: what
+    """The judge's record of one code cell (the format: :mod:`judge.autograded`).  ``outputs``: what
     the kernel left in the cell, before the judge's own error output; ``checks``: the judged hidden checks;
     ``tampering``: why the judge scores the cell 0 whatever its checks; ``notes``: the grader's flags."""
     errors = [o for o in outputs if o.get("output_type") == "error"]

@@ -5,7 +5,7 @@ A scratch course holds ``nbgrader_config.py``, ``source/<section>/`` and
 ``submitted/<student>/<section>/`` for each submission.  The self-check grades a learner's
 saved notebook in one (:mod:`attncourse.selfcheck`); a Dask task grades one submission in one
 (:mod:`instructor.task`, whose kit is these files); the test suite and the benches build theirs
-the same way.  Files are written with :func:`attncourse.judge.files.write_tree`: no name leaves
+the same way.  Files are written with :func:`judge.files.write_tree`: no name leaves
 the folder and nothing is written through a link.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ variable naming the course folder), then ``exec``s the kernel inside ``bwrap``:
   works), no network, its own PID namespace, no other file of the course;
 * size-limited writable mounts only: a private ``/tmp`` and, as its working folder, a
   tmpfs at the scratch folder's path holding the hidden-inputs file read-only
-  (:class:`attncourse.judge.preprocessors.IsolatedExecute`), each ``ATTNCOURSE_KERNEL_TMP_MB``;
+  (:class:`judge.preprocessors.IsolatedExecute`), each ``ATTNCOURSE_KERNEL_TMP_MB``;
   a 64 MB ``/dev/shm``; ``/dev`` and the sandbox's root read-only; nothing the kernel writes
   survives it, and nothing it could leave behind is ever read by the grader (the one
   host folder it may write, the kernel's socket folder, is removed when it stops);
@@ -152,8 +152,9 @@ def _system_ro_paths():
 
 
 def package_dir():
-    """The attncourse package (this file is attncourse/judge/sandbox.py): what the kernel imports the grader from."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The attncourse package of this course checkout (this file is judge/sandbox.py): what the kernel imports
+    the grader from, and the only part of the course a kernel sees (the judge, beside it, is not bound)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "attncourse")
 
 
 def _seen_at(path: str) -> list[str]:

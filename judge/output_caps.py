@@ -3,7 +3,7 @@
 nbgrader's ``LimitOutput`` counts stream lines only, and runs after the notebook has
 run, when every output is already in memory: a cell that displays a 1 MB image
 2000 times made a 1.15 GB autograded notebook (nbgrader at 1.9 GB resident).
-:class:`OutputCaps` (mixed into :class:`~attncourse.judge.preprocessors.IsolatedExecute`)
+:class:`OutputCaps` (mixed into :class:`~judge.preprocessors.IsolatedExecute`)
 overrides nbclient's per-message hooks instead, so nothing over the caps is ever held:
 
 * every kind of output (stream text, display data and results, errors, display
@@ -37,7 +37,7 @@ from nbformat.notebooknode import NotebookNode
 from traitlets import Integer
 from traitlets.config import LoggingConfigurable
 
-from ..protocol.records import MIME
+from attncourse.protocol.records import MIME
 
 MB = 1_000_000
 KEPT_SHORT = 4000        # past the budget, a cell's first error / stderr chunk is kept cut to this size

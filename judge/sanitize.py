@@ -3,7 +3,7 @@
 Formgrader, the feedback HTML and the class report render the autograded notebook, in the
 instructor's logged-in Jupyter session: HTML, JavaScript, SVG, widget state, ``<script>``,
 event handlers or ``javascript:`` links produced while grading would run there.
-:class:`attncourse.judge.preprocessors.JudgeRecords` passes every output through
+:class:`judge.preprocessors.JudgeRecords` passes every output through
 :func:`safe_outputs` and every markdown cell through :func:`safe_markdown`.
 
 Text a student shaped (an exception's message, a stderr line, a student id, a prescan note) reaches

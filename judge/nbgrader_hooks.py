@@ -11,7 +11,7 @@ patches those four places for the converters that read student files (autograde,
 feedback):
 
 * a submission whose folder, or notebook, is a link is skipped, with a warning;
-* the other files are copied by :func:`attncourse.judge.files.read_tree`: regular files
+* the other files are copied by :func:`judge.files.read_tree`: regular files
   only, within ``CourseDirectory.max_file_size``, links and special files skipped;
 * ``timestamp.txt`` is read only if it is a small regular file;
 * permissions are set on regular files and folders only, never through a link.
