@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from attncourse.judge.autograded import first_line
-from attncourse.judge.files import read_regular
-from attncourse.judge.scratch import course_files, write_course
+from judge.autograded import first_line
+from judge.files import read_regular
+from judge.scratch import course_files, write_course
 
 from .config import CourseError
 from .gradebook import gradebook_entry
