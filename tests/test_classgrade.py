@@ -476,7 +476,7 @@ def test_canary_stops_a_broken_environment(engine, tmp_path):
     student would score 0 with "NameError: GRADER".  The canary stops the run: exit status 2, one line naming the
     failed import, no grade in the gradebook.  The honest environment then grades the class."""
     copy = tmp_path / "other-checkout"
-    for pkg in ("attncourse", "instructor"):
+    for pkg in ("attncourse", "judge", "instructor"):
         shutil.copytree(ROOT / pkg, copy / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     course = Course(tmp_path / "course", [SECTION])
     course.generate(SECTION)
