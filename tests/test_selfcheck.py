@@ -24,7 +24,8 @@ def test_notebooks_in_sync_with_release(section):
 
 @pytest.mark.xdist_group("selfcheck")
 def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
-    """A learner's saved notebook (one exercise wrong) is checked offline, fast, without leaking tests."""
+    """A learner's saved notebook (one exercise wrong) is checked offline without leaking tests
+    (its time is printed, "checked in N s", never asserted: a loaded machine is no failure; time belongs in bench/)."""
     import nbformat
 
     from attncourse.selfcheck import VISIBLE, check
@@ -40,7 +41,6 @@ def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
     result = check(section, str(path))
     out = capsys.readouterr().out
     assert "save first" in out.lower()
-    assert result["seconds"] < 120, result["seconds"]
     by_name = {e["exercise"]: e for e in result["exercises"]}
     sdpa = by_name["scaled_dot_product_attention"]
     assert sdpa["score"] < sdpa["max_score"]
