@@ -19,6 +19,8 @@ def test_readme_section_table_matches_sections():
     assert [name for _, name in rows] == SECTIONS, (
         f"README's section table lists {[n for _, n in rows]}; attncourse.course.SECTIONS is {SECTIONS}")
     assert all(name.startswith(num + "_") for num, name in rows), rows
+    count = {8: "Eight", 9: "Nine", 10: "Ten", 11: "Eleven", 12: "Twelve"}.get(len(SECTIONS), str(len(SECTIONS)))
+    assert f"{count} short Jupyter notebooks" in (ROOT / "README.md").read_text(encoding="utf-8"), "README's count"
 
 
 def test_readme_section_table_check_sees_a_missing_row():
