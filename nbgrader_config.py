@@ -24,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 c = get_config()  # noqa: F821
 
 # The assignments: one per section, in order (attncourse.course.SECTIONS).
-# `nbgrader generate_assignment NN_name` (or ./course generate) registers each in the gradebook.
+# `nbgrader generate_assignment NN_name` (or ./course build NN) registers each in the gradebook.
 ASSIGNMENTS = list(SECTIONS)
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "attention-transformers"

@@ -105,8 +105,8 @@ def test_release_in_sync(section, tmp_root):
     course, *_ = graded(section, tmp_root)
     fresh = read_nb(course.root / "release" / section / f"{section}.ipynb")
     committed_path = ROOT / "release" / section / f"{section}.ipynb"
-    assert committed_path.is_file(), f"release/{section} missing: run ./course generate"
-    assert fresh == read_nb(committed_path), f"release/{section} is out of date with source/: run ./course generate"
+    assert committed_path.is_file(), f"release/{section} missing: run ./course build {section}"
+    assert fresh == read_nb(committed_path), f"release/{section} is out of date with source/: run ./course build {section}"
 
 
 @pytest.mark.parametrize("section", params(with_source()))

@@ -16,9 +16,9 @@ def test_notebooks_in_sync_with_release(section):
     from authoring.generate import selfstudy_notebook
 
     path = ROOT / "notebooks" / section / f"{section}.ipynb"
-    assert path.is_file(), f"notebooks/{section} missing: run ./course generate"
+    assert path.is_file(), f"notebooks/{section} missing: run ./course build {section}"
     fresh = selfstudy_notebook(read_nb(ROOT / "release" / section / f"{section}.ipynb"), section)
-    assert read_nb(path) == fresh, f"notebooks/{section} is out of date: run ./course generate"
+    assert read_nb(path) == fresh, f"notebooks/{section} is out of date: run ./course build {section}"
     assert f'check("{section}")' in read_nb(path).cells[-1].source
 
 
