@@ -10,7 +10,7 @@ from attncourse.course import SECTIONS
 ROOT = Path(__file__).resolve().parent
 
 # The grading kernels inherit this environment (no path to the reference data: the
-# verdict is made in this process, see attncourse/preprocessors.py):
+# verdict is made in this process, see attncourse/judge/preprocessors.py):
 # - warnings are silenced so that a correct answer is never marked down for a
 #   warning printed on stderr (nbgrader scores a test cell with stderr output 0);
 # - matplotlib draws off-screen; the probe never reaches for a model hub.
@@ -59,7 +59,7 @@ c.LimitOutput.max_traceback = 40
 
 c.GenerateFeedback.force = True
 
-# Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
+# Kernels start through attncourse/judge/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
 # and a bubblewrap sandbox (no course files, no network, no new processes, an allow-listed environment,
 # size-limited /tmp and working folder). The sandbox is required: where bwrap cannot run, no kernel
 # starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
