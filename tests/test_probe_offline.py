@@ -120,6 +120,7 @@ def test_load_bert_never_touches_the_network(tmp_path):
     assert "NetworkBlocked" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_notebook_runs_offline(tmp_path):
     nb_path = tmp_path / f"{SECTION}.ipynb"
     shutil.copy(SOURCE, nb_path)

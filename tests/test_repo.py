@@ -65,7 +65,7 @@ def test_release_hides_solutions_and_hidden_tests(section):
     assert not leaked, f"solution or hidden-test lines in release/{section}: {sorted(leaked)[:5]}"
 
 
-@pytest.mark.parametrize("section", params(with_grader()))
+@pytest.mark.parametrize("section", params(with_grader(), quick_one=True))
 def test_reference_data_in_sync_with_spec(section):
     """The committed reference data is what the spec and the solutions give, up to float rounding (which differs
     between CPUs: authoring.references.same_data): the inputs are drawn again and compared with the committed ones,
@@ -204,6 +204,7 @@ def test_reference_inputs_cover_the_notebook_and_the_spec(tmp_path):
     assert reference_inputs(paths, nb) != base, "a spec edit must rebuild it"
 
 
+@pytest.mark.slow
 def test_build_refuses_what_it_cannot_resolve(tmp_path):
     """./course build refuses, in one line, a generated file edited by hand (and keeps the edit), and a hidden
     test that names a case the spec lacks; --force overwrites the hand edit."""

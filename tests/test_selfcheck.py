@@ -23,6 +23,7 @@ def test_notebooks_in_sync_with_release(section):
 
 
 @pytest.mark.xdist_group("selfcheck")
+@pytest.mark.slow
 def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
     """A learner's saved notebook (one exercise wrong) is checked offline without leaking tests
     (its time is printed, "checked in N s", never asserted: a loaded machine is no failure; time belongs in bench/)."""
@@ -60,6 +61,7 @@ def test_check_cell_is_a_noop_inside_the_checker(monkeypatch, capsys):
 
 
 @pytest.mark.xdist_group("selfcheck")
+@pytest.mark.slow
 def test_selfcheck_gives_a_trick_no_marks(tmp_path):
     """The self-check grades through the same judge: a blank notebook plus a hook that claims full marks scores 0."""
     import nbformat
