@@ -96,6 +96,7 @@ def offline(cmd: list[str], tmp_path: Path, timeout: int):
     return proc, how
 
 
+@pytest.mark.slow
 def test_load_bert_never_touches_the_network(tmp_path):
     """Connections are refused in-process as well, so a loader that tried to reach a hub would fail loudly."""
     script = tmp_path / "load.py"
