@@ -10,7 +10,7 @@ from attncourse.course import SECTIONS
 ROOT = Path(__file__).resolve().parent
 
 # The grading kernels inherit this environment (no path to the reference data: the
-# verdict is made in this process, see attncourse/preprocessors.py):
+# verdict is made in this process, see judge/preprocessors.py):
 # - warnings are silenced so that a correct answer is never marked down for a
 #   warning printed on stderr (nbgrader scores a test cell with stderr output 0);
 # - matplotlib draws off-screen; the probe never reaches for a model hub.
@@ -24,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 c = get_config()  # noqa: F821
 
 # The assignments: one per section, in order (attncourse.course.SECTIONS).
-# `nbgrader generate_assignment NN_name` (or ./course generate) registers each in the gradebook.
+# `nbgrader generate_assignment NN_name` (or ./course build NN) registers each in the gradebook.
 ASSIGNMENTS = list(SECTIONS)
 c.CourseDirectory.root = str(ROOT)
 c.CourseDirectory.course_id = "attention-transformers"
@@ -70,9 +70,10 @@ c.LimitOutput.max_traceback = 40
 
 c.GenerateFeedback.force = True
 
-# Kernels start through attncourse/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
+# Kernels start through judge/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
 # and a bubblewrap sandbox (no privilege whoever grades, no course files, no network, no new processes, an
-# allow-listed environment, size-limited /tmp, /dev/shm and working folder, a libseccomp syscall filter). The sandbox is required: where bwrap cannot run, no kernel
+# allow-listed environment, size-limited /tmp, /dev/shm and working folder, a libseccomp syscall filter).
+# The sandbox is required: where bwrap cannot run, no kernel
 # starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
 # IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the
 # references); JudgeRecords then judges every record here, outside the kernel, sets what nbgrader scores in

@@ -1,8 +1,8 @@
 """Regenerate the student release (and the self-study edition) from ``source/``.
 
-``./course generate`` runs ``nbgrader generate_assignment`` for every section
-that has a source notebook, writing ``release/<section>/``.  Never edit
-``release/`` or ``notebooks/`` by hand: a test fails when they drift.
+``./course build`` (:mod:`authoring.build`) calls these for each section it builds:
+``nbgrader generate_assignment`` writes ``release/<section>/`` and the self-study copy
+``notebooks/<section>/``.  Never edit ``release/`` or ``notebooks/`` by hand: a test fails when they drift.
 """
 from __future__ import annotations
 

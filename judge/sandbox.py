@@ -3,7 +3,7 @@
 ``nbgrader_config.py`` calls :func:`configure_nbgrader`, which makes nbgrader's
 ``Execute`` preprocessor start every kernel through this file run as a script::
 
-    python attncourse/sandbox.py --mem-mb 4096 --tmp-mb 256 [--bwrap --bind-rw DIR] -- <kernel command>
+    python judge/sandbox.py --mem-mb 4096 --tmp-mb 256 [--bwrap --bind-rw DIR] -- <kernel command>
 
 The launcher sets ``RLIMIT_DATA`` (a memory hog gets ``MemoryError`` instead of
 taking the machine down), ``RLIMIT_FSIZE`` and no core files, gives the kernel an

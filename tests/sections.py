@@ -18,9 +18,16 @@ def with_grader():
     return [s for s in available_sections() if (ROOT / "graders" / "data" / f"{s}.pt").is_file()]
 
 
-def params(names):
-    """One pytest param per section, grouped so that pytest-xdist keeps a section on one worker."""
-    return [pytest.param(s, id=s, marks=pytest.mark.xdist_group(s)) for s in names]
+# The one section ./course test --quick takes end to end (graded by nbgrader, its reference data rebuilt).
+QUICK_SECTION = "02_qkv_by_hand"
+
+
+def params(names, quick_one=False):
+    """One pytest param per section, grouped so that pytest-xdist keeps a section on one worker.
+
+    ``quick_one``: every section but :data:`QUICK_SECTION` is marked ``slow`` (left out of ./course test --quick)."""
+    return [pytest.param(s, id=s, marks=[pytest.mark.xdist_group(s)]
+                         + ([pytest.mark.slow] if quick_one and s != QUICK_SECTION else [])) for s in names]
 
 
 def checks_of(nb, exercise: str) -> list[str]:

@@ -27,7 +27,7 @@ from tests.browser import ARTIFACTS, PANEL, Lab, NotebookPage, page_text, studen
 from tests.harness import CORPUS_CELL, CORPUS_SECTION, ROOT, Course, course_env, read_nb
 
 pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test (browser.pytest_runtest_makereport)
-pytestmark = pytest.mark.xdist_group("browser")
+pytestmark = [pytest.mark.xdist_group("browser"), pytest.mark.slow]
 
 SECTION = CORPUS_SECTION          # 02_qkv_by_hand: the student and self-study flows
 MANUAL = "07_bert_probe"          # the section with manually graded answers

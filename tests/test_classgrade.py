@@ -101,6 +101,7 @@ def runs(tmp_path_factory, client):
     return serial, par, reports[SECTION]
 
 
+@pytest.mark.slow
 def test_dask_gradebook_matches_plain_nbgrader_autograde(runs):
     serial, par, report = runs
     a = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
@@ -118,6 +119,7 @@ def test_dask_gradebook_matches_plain_nbgrader_autograde(runs):
         assert serial.messages(SECTION, s) == par.messages(SECTION, s), s
 
 
+@pytest.mark.slow
 def test_tricks_earn_nothing_on_either_path(runs):
     """Serial nbgrader and the Dask engine alike: the hook scores what the blank release scores, the links what
     the same wrong code scores; no submission changed, the gradebook whole, nothing linked in autograded/."""
@@ -133,6 +135,7 @@ def test_tricks_earn_nothing_on_either_path(runs):
     assert "ref.pt links outside the submission" in reasons, reasons
 
 
+@pytest.mark.slow
 def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
     """A task builds its scratch course from the kit in memory: a kit template rewritten on disk between runs
     (the old cache in the temp folder) changes no verdict; nothing of the kits is left on disk."""
@@ -180,6 +183,7 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
     assert any("Most likely cause" in str(c.get("outputs")) for c in nb.cells)
 
 
+@pytest.mark.slow
 def test_report_names_faults_and_mistakes(runs):
     _, _, report = runs
     st = report["students"]
@@ -194,6 +198,7 @@ def test_report_names_faults_and_mistakes(runs):
     assert "grading failed: worker died" in format_report(report)
 
 
+@pytest.mark.slow
 def test_feedback_and_export_work_after_dask_grading(runs):
     _, par, _ = runs
     html = (par.root / "feedback" / "wrong" / SECTION / f"{SECTION}.html").read_text()
@@ -205,6 +210,7 @@ def test_feedback_and_export_work_after_dask_grading(runs):
     assert any(r.startswith(f"{SECTION},") and ",good," in r for r in rows), rows[:3]
 
 
+@pytest.mark.slow
 def test_class_report(runs):
     """./course report: HTML with PNG plots and CSVs: scores, pass rates, named mistakes, faults."""
     import csv
@@ -310,6 +316,7 @@ def postgres():
         shutil.rmtree(base, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_postgresql_gradebook(postgres, runs, client, tmp_path):
     """CourseDirectory.db_url on a real PostgreSQL server: the same scores as the SQLite gradebook."""
     from instructor.cluster import grade_class
@@ -334,6 +341,7 @@ def test_postgresql_gradebook(postgres, runs, client, tmp_path):
     assert not (course.root / "gradebook.db").exists()
 
 
+@pytest.mark.slow
 def test_rerun_grades_only_new_or_changed_submissions(runs, client):
     """Incremental (runs last on the Dask course): unchanged -> skipped; failed or changed -> graded again."""
     from tests.corpus._base import CORRECT
@@ -398,6 +406,7 @@ def _kill_workers(client, timeout: float = 60.0):
     raise TimeoutError("the workers did not come back")
 
 
+@pytest.mark.slow
 def test_kit_survives_the_death_of_every_worker_holding_it():
     """A kit sent once must still reach later tasks after the workers that held it died.
 

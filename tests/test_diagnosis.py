@@ -42,7 +42,7 @@ def root_env(monkeypatch_module=None):
         os.environ["ATTNCOURSE_ROOT"] = old
 
 
-@pytest.mark.parametrize("section", params(with_grader()))
+@pytest.mark.parametrize("section", params(with_grader(), quick_one=True))
 def test_reference_and_variants_pass_without_a_diagnosis(section, root_env, capsys):
     from graders import load_section
 
@@ -58,7 +58,7 @@ def test_reference_and_variants_pass_without_a_diagnosis(section, root_env, caps
     assert not shown, f"a correct answer was told about a mistake: {shown}"
 
 
-@pytest.mark.parametrize("section", params(with_grader()))
+@pytest.mark.parametrize("section", params(with_grader(), quick_one=True))
 def test_each_mistake_fails_and_is_named(section, root_env, capsys):
     from graders import load_section
 

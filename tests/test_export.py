@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.harness import ROOT
 
 
@@ -35,6 +37,7 @@ def _gradebook(db_url):
         gb.db.commit()
 
 
+@pytest.mark.slow
 def test_canvas_export_through_nbgrader(tmp_path, monkeypatch):
     from attncourse.course import with_python_bin
 

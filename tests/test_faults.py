@@ -32,12 +32,14 @@ def batch(tmp_path_factory):
     return _batch(str(tmp_path_factory.getbasetemp()))
 
 
+@pytest.mark.slow
 def test_faults_are_contained(batch):
     course, source, cases, report = batch
     problems = corpus_problems(source, cases, report, course)
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_report_prints_every_student(batch):
     from instructor.outcome import format_report
 
@@ -47,6 +49,7 @@ def test_report_prints_every_student(batch):
         assert re.search(rf"^{name}\s", text, re.M), name
 
 
+@pytest.mark.slow
 def test_feedback_html_names_the_mistake_without_reference_values(batch):
     import torch
 

@@ -100,16 +100,16 @@ def tmp_root(tmp_path_factory):
     return str(tmp_path_factory.getbasetemp())
 
 
-@pytest.mark.parametrize("section", params(with_source()))
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_release_in_sync(section, tmp_root):
     course, *_ = graded(section, tmp_root)
     fresh = read_nb(course.root / "release" / section / f"{section}.ipynb")
     committed_path = ROOT / "release" / section / f"{section}.ipynb"
-    assert committed_path.is_file(), f"release/{section} missing: run ./course generate"
-    assert fresh == read_nb(committed_path), f"release/{section} is out of date with source/: run ./course generate"
+    assert committed_path.is_file(), f"release/{section} missing: run ./course build {section}"
+    assert fresh == read_nb(committed_path), f"release/{section} is out of date with source/: run ./course build {section}"
 
 
-@pytest.mark.parametrize("section", params(with_source()))
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_instructor_full_marks(section, tmp_root):
     _, _, _, _, results = graded(section, tmp_root)
     scores, messages = results["instructor"]
@@ -118,7 +118,7 @@ def test_instructor_full_marks(section, tmp_root):
     assert not lost, {k: messages[k][-600:] for k in lost}
 
 
-@pytest.mark.parametrize("section", params(with_source()))
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_blank_release_scores_zero(section, tmp_root):
     _, _, _, _, results = graded(section, tmp_root)
     scores, _ = results["blank"]
@@ -133,7 +133,7 @@ def test_blank_release_scores_zero(section, tmp_root):
             assert (m.shows or m.message) in text, f"{ex.name}: the blank handout's feedback does not name it"
 
 
-@pytest.mark.parametrize("section", params(with_source()))
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_known_mistakes_lose_marks_and_are_named(section, tmp_root):
     _, spec, source, rounds, results = graded(section, tmp_root)
     if spec is None:
@@ -161,7 +161,7 @@ def test_known_mistakes_lose_marks_and_are_named(section, tmp_root):
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("section", params(with_source()))
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_correct_variants_full_marks(section, tmp_root):
     _, spec, _, rounds, results = graded(section, tmp_root)
     if spec is None:
@@ -182,7 +182,7 @@ def _strip_math_and_code(text: str) -> str:
     return re.sub(r"\$[^$]*\$", " ", text)
 
 
-@pytest.mark.parametrize("section", params(with_source()))
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_prose_numbers_are_printed_by_code(section, tmp_root):
     """Every decimal number in the prose appears (to its printed precision) in some code output."""
     course, *_ = graded(section, tmp_root)

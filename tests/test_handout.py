@@ -23,7 +23,7 @@ from tests.harness import ROOT, Course, cell_by_id, read_nb
 from tests.sections import checks_of
 
 SECTION = "03_masking"
-pytestmark = pytest.mark.xdist_group("handout")
+pytestmark = [pytest.mark.xdist_group("handout"), pytest.mark.slow]
 
 
 def _course(root, handout_line):

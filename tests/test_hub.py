@@ -314,6 +314,7 @@ def pages(chromium, hub):
     p.close()   # after the failure report has saved the page (tests.browser.pytest_runtest_makereport)
 
 
+@pytest.mark.slow
 def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, request):
     """The whole nbgrader loop on the hub, two students, in the browser (see the module's docstring)."""
     from playwright.sync_api import expect
@@ -489,6 +490,7 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         print(f"hub loop done in {time.time() - t0:.0f} s")
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_everything(hub):
     """Ctrl-C on ./course hub: it says so and exits 0, and no hub, proxy, server or kernel of its users is left."""
     assert hub.proc.poll() is None, "\n".join(hub.lines[-30:])

@@ -96,6 +96,7 @@ def offline(cmd: list[str], tmp_path: Path, timeout: int):
     return proc, how
 
 
+@pytest.mark.slow
 def test_load_bert_never_touches_the_network(tmp_path):
     """Connections are refused in-process as well, so a loader that tried to reach a hub would fail loudly."""
     script = tmp_path / "load.py"
@@ -120,6 +121,7 @@ def test_load_bert_never_touches_the_network(tmp_path):
     assert "NetworkBlocked" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_notebook_runs_offline(tmp_path):
     nb_path = tmp_path / f"{SECTION}.ipynb"
     shutil.copy(SOURCE, nb_path)

@@ -58,6 +58,7 @@ def _spy(course_paths):
 '''
 
 
+@pytest.mark.slow
 def test_sandboxed_kernel_sees_only_its_submission(tmp_path):
     """From inside a sandboxed grading kernel: no course file, no network, no new process, no secret in the
     environment, size-limited /tmp and working folder, and nothing it writes comes back to the grader."""
@@ -121,6 +122,7 @@ def _grade_cmd(root, *extra, env=None):
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=course_env(env))
 
 
+@pytest.mark.slow
 def test_no_grading_without_the_sandbox_unless_asked_by_name(tmp_path):
     """Where bubblewrap cannot run, ./course grade refuses in one line (Dask and serial), plain nbgrader starts
     no kernel; --unsandboxed grades, and the report says so."""

@@ -16,15 +16,17 @@ def test_notebooks_in_sync_with_release(section):
     from authoring.generate import selfstudy_notebook
 
     path = ROOT / "notebooks" / section / f"{section}.ipynb"
-    assert path.is_file(), f"notebooks/{section} missing: run ./course generate"
+    assert path.is_file(), f"notebooks/{section} missing: run ./course build {section}"
     fresh = selfstudy_notebook(read_nb(ROOT / "release" / section / f"{section}.ipynb"), section)
-    assert read_nb(path) == fresh, f"notebooks/{section} is out of date: run ./course generate"
+    assert read_nb(path) == fresh, f"notebooks/{section} is out of date: run ./course build {section}"
     assert f'check("{section}")' in read_nb(path).cells[-1].source
 
 
 @pytest.mark.xdist_group("selfcheck")
+@pytest.mark.slow
 def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
-    """A learner's saved notebook (one exercise wrong) is checked offline, fast, without leaking tests."""
+    """A learner's saved notebook (one exercise wrong) is checked offline without leaking tests
+    (its time is printed, "checked in N s", never asserted: a loaded machine is no failure; time belongs in bench/)."""
     import nbformat
 
     from attncourse.selfcheck import VISIBLE, check
@@ -40,7 +42,6 @@ def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
     result = check(section, str(path))
     out = capsys.readouterr().out
     assert "save first" in out.lower()
-    assert result["seconds"] < 120, result["seconds"]
     by_name = {e["exercise"]: e for e in result["exercises"]}
     sdpa = by_name["scaled_dot_product_attention"]
     assert sdpa["score"] < sdpa["max_score"]
@@ -60,6 +61,7 @@ def test_check_cell_is_a_noop_inside_the_checker(monkeypatch, capsys):
 
 
 @pytest.mark.xdist_group("selfcheck")
+@pytest.mark.slow
 def test_selfcheck_gives_a_trick_no_marks(tmp_path):
     """The self-check grades through the same judge: a blank notebook plus a hook that claims full marks scores 0."""
     import nbformat

@@ -39,6 +39,7 @@ def _judged(batch):
     return {n: m for n, m in cases.items() if report["sandboxed"] or not getattr(m, "NEEDS_SANDBOX", False)}
 
 
+@pytest.mark.slow
 def test_tampering_earns_nothing(batch):
     course, source, cases, report = batch
     assert len(cases) >= 18
@@ -46,6 +47,7 @@ def test_tampering_earns_nothing(batch):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_each_trick_adds_zero_marks_to_its_honest_base(batch):
     """Paired: the same code without the trick scores at least as much, cell by cell."""
     _, _, cases, report = batch
@@ -57,6 +59,7 @@ def test_each_trick_adds_zero_marks_to_its_honest_base(batch):
     assert all(report["students"][b]["cells"] for b in bases), bases
 
 
+@pytest.mark.slow
 def test_reading_the_reference_from_disk_needs_the_sandbox(batch):
     """Kernels run sandboxed wherever bwrap works, and then the reference file is out of reach."""
     _, _, cases, report = batch
@@ -65,6 +68,7 @@ def test_reading_the_reference_from_disk_needs_the_sandbox(batch):
     assert "t_disk_reference" in _judged(batch)
 
 
+@pytest.mark.slow
 def test_no_kernel_leaves_a_file_in_the_package_or_python(batch):
     """t_remount's marker (a remount of the read-only package and site-packages, then a write) is nowhere."""
     import site
@@ -82,6 +86,7 @@ def test_no_kernel_leaves_a_file_in_the_package_or_python(batch):
     assert not found, found
 
 
+@pytest.mark.slow
 def test_report_flags_tampering(batch):
     _, _, cases, report = batch
     unflagged = [n for n in cases if not any("tampering suspected" in r for r in report["students"][n]["reasons"])
@@ -90,6 +95,7 @@ def test_report_flags_tampering(batch):
     assert not any("tampering" in r for r in report["students"]["correct"]["reasons"])
 
 
+@pytest.mark.slow
 def test_no_trick_touches_other_students_or_the_gradebook(batch):
     """Links planted in a submission or by a kernel: every submission and the gradebook are as they were."""
     from tests.harness import tree_hashes
@@ -107,6 +113,7 @@ def test_no_trick_touches_other_students_or_the_gradebook(batch):
     assert any("GRADER.check" in c.source for c in victim.cells)
 
 
+@pytest.mark.slow
 def test_nothing_a_kernel_writes_comes_back(batch):
     """Only the notebook (and what the student submitted, regular files only) is in autograded/."""
     course, _, cases, report = batch
@@ -123,6 +130,7 @@ def test_nothing_a_kernel_writes_comes_back(batch):
 SAFE = {"text/plain", "image/png", "image/jpeg", "image/gif"}
 
 
+@pytest.mark.slow
 def test_outputs_shown_to_instructors_are_safe(batch):
     """No HTML, JavaScript or SVG from grading in the autograded notebook; no script in the feedback page."""
     import re
