@@ -319,7 +319,8 @@ def shared_venv(dest: Path, python: str) -> Path:
     site.mkdir(parents=True)
     # the course venv's packages, without its .pth files (the editable attncourse points into this checkout) ...
     (site / "attncourse-hub.pth").write_text(f"{venv / 'lib' / ver / 'site-packages'}\n")
-    # ... and the attncourse package itself, a copy every user can read (no solutions, no reference data in it)
+    # ... and the attncourse package itself, a copy every user can read (no solutions, no reference data in it;
+    # not the judge, which the instructor's config finds in the course folder)
     shutil.copytree(ROOT / "attncourse", site / "attncourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for name in ("share", "etc"):
         if (venv / name).exists():
@@ -381,6 +382,10 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
            json.dumps({"disabledExtensions": {n: True for n in STUDENT_LAB_OFF}}, indent=1))
     _write(etc / "instructor" / "nbgrader_config.py",
            "# the instructor: the course folder (its own nbgrader_config.py: the judge, the sandbox) and the exchange\n"
+           "import sys\n"
+           "# the course's judge/ (the verdict, the sandbox, nbgrader's glue) is the instructor's alone: the shared\n"
+           "# environment every user runs holds attncourse only\n"
+           f"sys.path.insert(0, {str(course)!r})\n"
            "c = get_config()  # noqa: F821\n"
            f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n"
            f"c.CourseDirectory.root = {str(course)!r}\n" + exchange_cfg)
