@@ -152,9 +152,17 @@ def _system_ro_paths():
 
 
 def package_dir():
-    """The attncourse package of this course checkout (this file is judge/sandbox.py): what the kernel imports
-    the grader from, and the only part of the course a kernel sees (the judge, beside it, is not bound)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "attncourse")
+    """The attncourse package beside this judge (this file is judge/sandbox.py): what the kernel imports the grader
+    from, and the only part of the course a kernel sees (the judge is not bound). Where the course folder holds no
+    attncourse (``./course hub``'s instructor copy: every user imports the shared environment's copy), the one
+    this Python imports."""
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "attncourse")
+    if os.path.isdir(here):
+        return here
+    import importlib.util
+
+    spec = importlib.util.find_spec("attncourse")
+    return os.path.dirname(spec.origin) if spec and spec.origin else here
 
 
 def _seen_at(path: str) -> list[str]:
