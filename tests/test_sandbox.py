@@ -17,7 +17,20 @@ def _need_bwrap():
         pytest.skip(f"sandbox unavailable here: {why}")
 
 
-SPY = '''
+# kernel code: how many MB a folder took before it refused (shared with test_sandbox_privilege)
+FILL = r'''
+def _fill(path, mb):
+    done = 0
+    try:
+        with open(path, "wb") as f:
+            for done in range(1, mb + 1):
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+    except OSError:
+        done -= 1
+    return done
+'''
+SPY = FILL + '''
 import json as _json, os as _os, socket as _socket
 def _spy(course_paths):
     seen = {"paths": {p: _os.path.exists(p) for p in course_paths}}
@@ -35,18 +48,8 @@ def _spy(course_paths):
         seen["fork"] = False
     seen["env"] = dict(_os.environ)
     seen["cwd"], seen["cwd_files"] = _os.getcwd(), sorted(_os.listdir("."))
-    def fill(path, mb):
-        done = 0
-        try:
-            with open(path, "wb") as f:
-                for done in range(1, mb + 1):
-                    f.write(b"\\0" * (1 << 20))
-                    f.flush()
-        except OSError:
-            done -= 1
-        return done
-    seen["tmp_mb"] = fill("/tmp/fill.bin", 400)
-    seen["cwd_mb"] = fill("fill.bin", 400)
+    seen["tmp_mb"] = _fill("/tmp/fill.bin", 400)
+    seen["cwd_mb"] = _fill("fill.bin", 400)
     for p in ("/tmp/fill.bin", "fill.bin"):
         try:
             _os.unlink(p)

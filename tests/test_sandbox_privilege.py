@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from judge import sandbox
+from tests.test_sandbox import FILL
 
 pytestmark = pytest.mark.xdist_group("sandbox")
 
@@ -115,20 +116,10 @@ def test_syscall_filter_refuses_each_family():
         assert before["keyctl"] == "ok" and before["unshare"] == "ok", before
 
 
-FILLS = r"""
-import json, os
-def fill(path, mb):
-    done = 0
-    try:
-        with open(path, "wb") as f:
-            for done in range(1, mb + 1):
-                f.write(b"\0" * (1 << 20))
-                f.flush()
-    except OSError:
-        done -= 1
-    return done
-print(json.dumps({"/dev/shm": fill("/dev/shm/fill", 300), "/dev": fill("/dev/fill", 1), "/": fill("/fill", 1),
-                  "/etc": fill("/etc/fill", 1), "/usr": fill("/usr/fill", 1)}))
+FILLS = FILL + r"""
+import json
+print(json.dumps({"/dev/shm": _fill("/dev/shm/fill", 300), "/dev": _fill("/dev/fill", 1), "/": _fill("/fill", 1),
+                  "/etc": _fill("/etc/fill", 1), "/usr": _fill("/usr/fill", 1)}))
 """
 
 
