@@ -76,10 +76,9 @@ def grade(section: str, root: Path, timeout: int | None = None, students=None, l
         batch = subprocess.CompletedProcess([], 0, "", "")
     report = {"section": section, "students": {}, "batch_returncode": batch.returncode,
               "sandboxed": sandboxed, "sandbox": sandbox_line}
-    ungraded = [s for s in students if not (root / "autograded" / s / section / f"{section}.ipynb").is_file()]
-    if ungraded:   # nbgrader could not grade them: their earlier scores must not stand (the Dask path's rule)
-        db = course_db(root)
-        for s in ungraded:
+    db = course_db(root) if students else None   # (an empty section may have no course config at all)
+    for s in students:   # nbgrader could not grade it: its earlier scores must not stand (the Dask path's rule)
+        if not (root / "autograded" / s / section / f"{section}.ipynb").is_file():
             clear_autogrades(*db, section, s)
     scores = gradebook_scores(*db, section) if students else {}
     for s in students:
