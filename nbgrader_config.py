@@ -40,6 +40,9 @@ c.CourseDirectory.max_file_size = 2000  # kB; a huge submission file is skipped,
 # that grades several notebooks at once, so 60 s was too tight.
 c.Execute.timeout = 180
 c.Execute.interrupt_on_timeout = True
+# After a cell's reply, how long its last outputs may take to arrive. nbgrader makes running out of it an error that
+# fails the whole notebook; nbclient's 4 s did on a loaded CI machine (a flood of output still draining).
+c.Execute.iopub_timeout = 60
 c.Execute.kernel_name = "python3"
 c.Execute.execute_retries = 0
 # Stop a grading kernel at once when its notebook is done (every output has arrived by then):
