@@ -9,8 +9,8 @@ What it sets up (deploy/README.md is the instructor's page):
   account gets a fresh random password, printed once (PAM checks it at the hub's login page). With
   ``--roster``, one student account per ``id`` of the CSV. Every student is put in the course's gradebook
   with the roster's names (formgrader lists them; the LMS export names them); without names, by login.
-* ``DIR/exchange``: nbgrader's exchange, mode 0777 as nbgrader documents (nbgrader itself makes the
-  course's ``inbound`` write-only for students and ``outbound`` read-only).
+* ``DIR/exchange``: the course's exchange (deploy/course_exchange.py, :func:`make_exchange`): root's; one inbound
+  folder per student that only that student writes and only the instructor reads besides.
 * ``DIR/venv``: the Python every user's server and kernels run: a view of this checkout's ``.venv`` (its
   packages, read in place; its console scripts) on its own interpreter (copied to ``DIR/python`` when it
   lives where only root can enter, as pyenv's under /root), with its own copy of the ``attncourse`` package (what students install anyway: no solutions, no
@@ -305,6 +305,68 @@ def base_python(dest: Path) -> tuple[str, str | None]:
     return str(dest / "bin" / ver), (str(dest / "lib") if any((dest / "lib").glob("libpython*")) else None)
 
 
+def _share_with_safe_kernel(share: Path, dest: Path, python: Path):
+    """``dest``: links to everything of the venv's ``share`` but the Python kernelspec, which is the venv's with
+    ``-P``: a kernel started on a notebook never puts the notebook's folder first on ``sys.path`` (a student's
+    ``ipykernel_launcher.py`` or ``numpy.py`` next to a notebook the instructor opens is not imported; IPython
+    then adds no working directory either, it follows ``sys.flags.safe_path``)."""
+    def mirror(src: Path, out: Path, keep):
+        out.mkdir(parents=True)
+        for child in src.iterdir():
+            if child.name not in keep:
+                (out / child.name).symlink_to(child)
+
+    mirror(share, dest, {"jupyter"})
+    mirror(share / "jupyter", dest / "jupyter", {"kernels"})
+    kernels = share / "jupyter" / "kernels"
+    mirror(kernels, dest / "jupyter" / "kernels", {"python3"})
+    mirror(kernels / "python3", dest / "jupyter" / "kernels" / "python3", {"kernel.json"})
+    spec = json.loads((kernels / "python3" / "kernel.json").read_text())
+    spec["argv"] = [str(python), "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (dest / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec, indent=1))
+
+
+def _deploy_module(name: str):
+    """A module of deploy/ (the hub's code, not the course's package), loaded from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"attncourse_deploy_{name}", DEPLOY / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
+    """The exchange of deploy/course_exchange.py, made (or made safe again) as root:
+
+    ``exchange`` root:root 0755; ``<cid>``, ``<cid>/outbound``, ``<cid>/feedback`` the instructor's, 0755 / 0755 /
+    0711; ``<cid>/inbound`` the instructor's, 0711; ``<cid>/inbound/<student>`` the student's, group the
+    instructor's, 2750. Anything else at those places (a link, another owner) is moved aside, never followed."""
+    ipw = pwd.getpwnam(instructor)
+
+    def folder(path: Path, uid: int, gid: int, mode: int):
+        st = path.lstat() if path.is_symlink() or path.exists() else None
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != uid):
+            # a link, a file, or a folder someone else made (the old 0777 exchange let any student do that):
+            # nothing in it is trusted or followed
+            path.rename(path.with_name(f"{path.name}.moved-aside-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"))
+            st = None
+        if st is None:
+            path.mkdir()
+        os.lchown(path, uid, gid)
+        os.chmod(path, mode)
+
+    folder(exchange, 0, 0, 0o755)
+    course = exchange / cid
+    folder(course, ipw.pw_uid, ipw.pw_gid, 0o755)
+    folder(course / "outbound", ipw.pw_uid, ipw.pw_gid, 0o755)
+    folder(course / "feedback", ipw.pw_uid, ipw.pw_gid, 0o711)
+    folder(course / "inbound", ipw.pw_uid, ipw.pw_gid, 0o711)
+    for name in students:
+        folder(course / "inbound" / name, pwd.getpwnam(name).pw_uid, ipw.pw_gid, 0o2750)
+    return course
+
+
 def shared_venv(dest: Path, python: str) -> Path:
     """A view of this checkout's .venv that every user can run: ``dest/bin/python`` is ``python`` (from
     :func:`base_python`), ``dest/lib/pythonX.Y/site-packages`` reads the venv's packages in place, ``share`` and
@@ -322,9 +384,11 @@ def shared_venv(dest: Path, python: str) -> Path:
     # ... and the attncourse package itself, a copy every user can read (no solutions, no reference data in it;
     # not the judge, which the instructor's config finds in the course folder)
     shutil.copytree(ROOT / "attncourse", site / "attncourse", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    for name in ("share", "etc"):
-        if (venv / name).exists():
-            (dest / name).symlink_to(venv / name)
+    if (venv / "etc").exists():
+        (dest / "etc").symlink_to(venv / "etc")
+    _share_with_safe_kernel(venv / "share", dest / "share", dest / "bin" / "python")
+    # the exchange every user's nbgrader uses (deploy/course_exchange.py): a copy, like attncourse
+    shutil.copy2(DEPLOY / "course_exchange.py", site / "course_exchange.py")
     (dest / "bin" / "python").symlink_to(python)
     for alias in ("python3", ver):
         (dest / "bin" / alias).symlink_to("python")
@@ -356,8 +420,7 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
     hubdir.chmod(0o755)
     cid = course_id()
     exchange = hubdir / "exchange"
-    exchange.mkdir(exist_ok=True)
-    exchange.chmod(0o777)  # nbgrader's documented set-up: everyone reads and writes the exchange root
+    make_exchange(exchange, cid, instructor, students)   # root's, per-student inbound (deploy/course_exchange.py)
 
     python, libdir = base_python(hubdir / "python")
     venv = shared_venv(hubdir / "venv", python)
@@ -370,8 +433,9 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
     course.chmod(0o700)
     register_students(course, instructor, roster)
 
+    config_lines = _deploy_module("course_exchange").config_lines
     exchange_cfg = (f"c.CourseDirectory.course_id = {cid!r}\n"
-                    f"c.Exchange.root = {str(exchange)!r}\n")
+                    f"c.Exchange.root = {str(exchange)!r}\n" + config_lines())
     etc = hubdir / "etc"
     _write(etc / "student" / "nbgrader_config.py",
            "# students: the course they take and the exchange (./course hub writes this file)\n"

@@ -134,12 +134,13 @@ class HubRun:
     def course(self) -> Path:
         return Path(self.settings["course"])
 
-    def as_user(self, user, *cmd, cwd=None, timeout=900) -> subprocess.CompletedProcess:
-        """Run a command as ``user`` with a login-like environment (runuser, no root left)."""
+    def as_user(self, user, *cmd, cwd=None, timeout=900, env=()) -> subprocess.CompletedProcess:
+        """Run a command as ``user`` with a login-like environment (runuser, no root left); ``env``: more
+        ``NAME=value`` settings (they come last: they win)."""
         env = ["env", "-i", f"HOME={self.home(user)}", f"USER={user}", "LANG=C.UTF-8",
-               f"PATH={self.settings['venv']}/bin:/usr/local/bin:/usr/bin:/bin"]
+               f"PATH={self.settings['venv']}/bin:/usr/local/bin:/usr/bin:/bin", *env]
         if self.settings.get("ld_library_path"):   # as the hub gives it to every server (a copied interpreter)
-            env.append(f"LD_LIBRARY_PATH={self.settings['ld_library_path']}")
+            env.insert(2, f"LD_LIBRARY_PATH={self.settings['ld_library_path']}")
         return subprocess.run(["runuser", "-u", user, "--", *env, *cmd], cwd=cwd or self.home(user),
                               capture_output=True, text=True, timeout=timeout)
 
@@ -483,11 +484,174 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             readable = [str(p) for p in secret + theirs if hub.can_read(me, p)]
             assert readable == [], (me, readable)
             assert hub.can_read(me, hub.home(me) / SECTION / f"{SECTION}.ipynb")   # the check itself works
-        # nbgrader's exchange hides a student's files in the shared folders by name only (a random suffix for a
-        # submission, a hash of the submission for feedback): whoever knows the exact name can read the file
-        by_name = [p for p in (exchange / "inbound").iterdir() if p.name.startswith(f"{s2}+")]
-        print(f"(exchange, by exact name: {s1} can read {s2}'s submission folder: {hub.can_read(s1, by_name[0])})")
+        # a submission is in its student's own inbound folder (deploy/course_exchange.py): even by its exact name,
+        # another student cannot read it
+        by_name = sorted((exchange / "inbound" / s2).iterdir())
+        assert by_name and not any(hub.can_read(s1, q) for q in [*by_name, *(f for d in by_name for f in d.iterdir())])
         print(f"hub loop done in {time.time() - t0:.0f} s")
+
+
+# -- the exchange a student cannot subvert (deploy/course_exchange.py), each trick paired with nbgrader's own -------
+NBGRADER_DEFAULT = {f"--ExchangeFactory.{k}=nbgrader.exchange.default.{k}.Exchange{v}"
+                    for k, v in (("submit", "Submit"), ("collect", "Collect"))}
+
+
+def _nbgrader(hub) -> str:
+    return f"{hub.settings['venv']}/bin/nbgrader"
+
+
+def _as_instructor(hub, *cmd, **kw):
+    return hub.as_user(hub.instructor, *cmd, cwd=hub.course,
+                       env=(f"JUPYTER_CONFIG_PATH={hub.settings['etc']}/instructor",), **kw)
+
+
+def _as_student(hub, user, *cmd, env=(), **kw):
+    return hub.as_user(user, *cmd, env=(f"JUPYTER_CONFIG_PATH={hub.settings['etc']}/student", *env), **kw)
+
+
+def _ok(proc):
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def released(hub):
+    """02 released by the instructor and fetched by both students, with nbgrader's commands."""
+    _ok(_as_instructor(hub, _nbgrader(hub), "release_assignment", SECTION, "--force"))
+    for s in hub.students:
+        if not (hub.home(s) / SECTION).exists():
+            _ok(_as_student(hub, s, _nbgrader(hub), "fetch_assignment", SECTION))
+    return Path(hub.settings["exchange"]) / hub.settings["course_id"]
+
+
+@pytest.fixture(scope="module")
+def nbgrader_exchange(hub, released):
+    """The same course on nbgrader's documented exchange (root 0777, inbound 2733), for the pairings."""
+    from instructor.hub import _chown_tree
+
+    root = Path(tempfile.mkdtemp(prefix="nbgrader-exchange-", dir="/tmp"))
+    root.chmod(0o777)
+    course = root / hub.settings["course_id"]
+    shutil.copytree(released / "outbound", course / "outbound")
+    (course / "inbound").mkdir()
+    _chown_tree(course, hub.instructor)
+    course.chmod(0o755)
+    (course / "inbound").chmod(0o2733)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_student_cannot_replace_list_or_write_into_the_exchange(hub, released, nbgrader_exchange):
+    """The trojan: a student renames the course's exchange folder and puts their own in its place; or writes
+    into another's inbound, or lists it. Refused on the hub's exchange; the same commands work on nbgrader's."""
+    s1, s2 = hub.students
+
+    def tricks(ex: Path, course: Path, theirs: Path) -> dict:
+        return {"write into another's inbound": ["mkdir", str(theirs / f"{s1}+{SECTION}+2099-01-01 00:00:00 UTC")],
+                "add a course folder": ["mkdir", str(ex / "trojan")],
+                "list the inbound": ["ls", str(course / "inbound")],
+                "rename the course folder": ["mv", str(course), str(ex / "gone")]}
+
+    ex = Path(hub.settings["exchange"])
+    ours = {k: hub.as_user(s2, *c, cwd="/").returncode for k, c in tricks(ex, released, released / "inbound" / s1).items()}
+    assert all(rc != 0 for rc in ours.values()), ours
+    for extra in (["mkdir", str(released / "outbound" / "x")], ["ls", str(released / "inbound" / s1)],
+                  ["ls", str(released / "feedback")]):
+        assert hub.as_user(s2, *extra, cwd="/").returncode != 0, extra
+    theirs = nbgrader_exchange / hub.settings["course_id"]
+    before = tricks(nbgrader_exchange, theirs, theirs / "inbound")
+    worked = {k: hub.as_user(s2, *c, cwd="/").returncode for k, c in before.items() if k != "list the inbound"}
+    assert all(rc == 0 for rc in worked.values()), worked     # the pairing: the same tricks, nbgrader's exchange
+    (nbgrader_exchange / "gone").rename(theirs)
+
+
+def test_a_student_submits_as_themselves_only(hub, released, nbgrader_exchange):
+    """``nbgrader submit --student=<another>`` (nbgrader#1097) is refused, and $USER/$LOGNAME change nothing: the
+    submission lands in the account's own folder. nbgrader's own submit, on its exchange, files it as the other."""
+    s1, s2 = hub.students
+    nbg, inbound = _nbgrader(hub), released / "inbound"
+    before = sorted(os.listdir(inbound / s1))
+    forged = _as_student(hub, s2, nbg, "submit", SECTION, f"--student={s1}")
+    assert forged.returncode != 0 and f"You submit as yourself ({s2})" in forged.stdout + forged.stderr, forged
+    _ok(_as_student(hub, s2, nbg, "submit", SECTION, env=(f"USER={s1}", f"LOGNAME={s1}")))
+    assert sorted(os.listdir(inbound / s1)) == before
+    mine = sorted(inbound / s2 / n for n in os.listdir(inbound / s2))
+    assert mine and all(p.stat().st_uid == pwd.getpwnam(s2).pw_uid for p in mine), mine
+    assert not any(hub.can_read(s1, p) for p in mine)
+    # the pairing: nbgrader's exchange and submit take the name given
+    theirs = nbgrader_exchange / hub.settings["course_id"] / "inbound"
+    _ok(_as_student(hub, s2, nbg, "submit", SECTION, f"--student={s1}", f"--Exchange.root={nbgrader_exchange}",
+                    *sorted(NBGRADER_DEFAULT)))
+    assert any(n.startswith(f"{s1}+{SECTION}+") for n in os.listdir(theirs)), os.listdir(theirs)
+
+
+def test_collect_takes_the_released_notebook_as_a_file_and_the_kernels_time(hub, released):
+    """A student's own submission made by hand: the notebook a link to the instructor's solution (and the
+    gradebook), an extra ``ipykernel_launcher.py``, a far-future folder name, a forged ``timestamp.txt``.
+    Collect takes no link and no extra file, and times it by the kernel's ctime; nbgrader's copy (the same
+    folder through ``Exchange.do_copy``) carries the solution and the launcher. Then the honest resubmission:
+    the notebook is collected, with its secret."""
+    _, s2 = hub.students
+    nbg, folder = _nbgrader(hub), released / "inbound" / s2
+    crafted = folder / f"{s2}+{SECTION}+2099-01-01 00:00:00.000000 UTC+x"
+    solution = hub.course / "source" / SECTION / f"{SECTION}.ipynb"
+    make = (f"mkdir '{crafted}' && ln -s '{solution}' '{crafted}/{SECTION}.ipynb' && "
+            f"ln -s '{hub.course}/gradebook.db' '{crafted}/gradebook.db' && "
+            f"echo 'open(\"/tmp/{hub.instructor}-pwned\", \"w\")' > '{crafted}/ipykernel_launcher.py' && "
+            f"echo '2000-01-01 00:00:00.000000 UTC' > '{crafted}/timestamp.txt'")
+    _ok(hub.as_user(s2, "bash", "-c", make, cwd="/"))
+    t0 = time.time()
+    log = _ok(_as_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
+    got = hub.course / "submitted" / s2 / SECTION
+    assert sorted(os.listdir(got)) == ["timestamp.txt"], (os.listdir(got), log)
+    assert f"{SECTION}.ipynb: a link" in log and "ipykernel_launcher.py: not a released notebook" in log, log
+    when = (got / "timestamp.txt").read_text()
+    assert when.startswith(time.strftime("%Y-%m-%d", time.gmtime(t0))), when
+    # the pairing: nbgrader's copy of the same folder follows the links and takes the launcher
+    probe = ("import sys; from nbgrader.exchange.default.exchange import Exchange; "
+             "from nbgrader.coursedir import CourseDirectory; "
+             "Exchange(coursedir=CourseDirectory()).do_copy(sys.argv[1], sys.argv[2])")
+    out = Path(tempfile.mkdtemp(dir=hub.home(hub.instructor)))
+    try:
+        shutil.chown(out, hub.instructor)
+        _ok(hub.as_user(hub.instructor, f"{hub.settings['venv']}/bin/python", "-c", probe, str(crafted),
+                        str(out / "copy"), cwd=hub.home(hub.instructor)))
+        assert "### BEGIN SOLUTION" in (out / "copy" / f"{SECTION}.ipynb").read_text()
+        assert (out / "copy" / "ipykernel_launcher.py").exists()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    # the honest flow: a real submission, then its timestamp.txt rewritten (nbgrader#1104): the notebook and its
+    # secret are collected, the time is the kernel's
+    _ok(_as_student(hub, s2, nbg, "submit", SECTION))
+    newest = max(folder.iterdir(), key=lambda p: p.stat().st_ctime)
+    _ok(hub.as_user(s2, "bash", "-c", f"echo '2000-01-01 00:00:00.000000 UTC' > '{newest}/timestamp.txt'", cwd="/"))
+    _ok(_as_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
+    assert sorted(os.listdir(got)) == sorted([f"{SECTION}.ipynb", "submission_secret.txt", "timestamp.txt"])
+    assert (got / "timestamp.txt").read_text().startswith(time.strftime("%Y-%m-%d", time.gmtime(t0)))
+    assert "### BEGIN SOLUTION" not in (got / f"{SECTION}.ipynb").read_text()
+
+
+def test_a_kernel_never_imports_from_the_notebooks_folder(hub):
+    """An ``ipykernel_launcher.py`` beside a collected notebook ran as the instructor when they opened it: the
+    hub's kernelspec starts Python with ``-P``. The same launcher without ``-P`` (the venv's own kernelspec) runs it."""
+    from instructor.hub import _chown_tree
+
+    spec = json.loads(Path(hub.settings["venv"], "share", "jupyter", "kernels", "python3", "kernel.json").read_text())
+    assert spec["argv"][1] == "-P", spec["argv"]
+    home = hub.home(hub.instructor)
+    folder = home / "collected-lookalike"
+    marker = home / "pwned"
+    folder.mkdir(exist_ok=True)
+    (folder / "ipykernel_launcher.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    _chown_tree(folder, hub.instructor)
+    try:
+        for argv, runs in ((spec["argv"][:4], False), ([spec["argv"][0], *spec["argv"][2:4]], True)):
+            marker.unlink(missing_ok=True)
+            hub.as_user(hub.instructor, *argv, "--help", cwd=folder, timeout=120)
+            assert marker.exists() is runs, (argv, runs)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        marker.unlink(missing_ok=True)
 
 
 @pytest.mark.slow
