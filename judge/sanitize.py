@@ -74,6 +74,12 @@ _MARKDOWN_ATTRS = {"a": {"href", "title"}, "img": {"src", "alt", "title", "width
 _SAFE_URL = re.compile(r"(?i)^(https?://|mailto:|#|data:image/(png|jpeg|gif);base64,)[^\s\"'<>`]*$")
 
 
+# an image the page may show: inline data or the cell's own attachment (nothing fetched from anywhere)
+_INLINE_IMAGE = re.compile(r"(?i)^(data:image/(png|jpeg|gif);base64,|attachment:)")
+# a markdown image (``![alt](url)``, ``![alt][ref]``, ``![alt]``) whose target is not inline: it becomes a link
+_REMOTE_MD_IMAGE = re.compile(r"!\[(?=[^\]\n]*\](?!\(\s*<?\s*(?:data:image/(?:png|jpeg|gif);base64,|attachment:)))")
+
+
 def _safe_tag(m) -> str:
     close, name, attrs, selfclose = m.group(1), m.group(2).lower(), m.group(3) or "", m.group(4)
     if name not in _MARKDOWN_TAGS:
@@ -86,6 +92,8 @@ def _safe_tag(m) -> str:
             continue
         if key in ("href", "src") and not _SAFE_URL.match(value):
             continue
+        if name == "img" and key == "src" and not _INLINE_IMAGE.match(value):
+            continue   # an image from elsewhere would load the moment the page opens
         if key in ("width", "height") and not value.isdigit():
             continue
         kept.append(f' {key}="{html.escape(value, quote=True)}"')
@@ -93,7 +101,8 @@ def _safe_tag(m) -> str:
 
 
 def safe_markdown(source) -> str:
-    """Markdown whose raw HTML keeps a few harmless tags (rebuilt, no event handlers, no style) and no script links.
+    """Markdown whose raw HTML keeps a few harmless tags (rebuilt, no event handlers, no style), no script links,
+    and no image that is not inline (data or attachment): other images become links.
 
     Every ``<`` that could open a tag, a comment or a declaration is escaped unless it opens an allowed tag,
     which is rebuilt from its allowed attributes; entities cannot spell a scheme (``&`` before a name or ``#``
@@ -115,7 +124,10 @@ def safe_markdown(source) -> str:
             out.append("&lt;")
             pos = i + 1
     out.append(text[pos:])
-    return _HARMFUL_LINK.sub(lambda m: m.group(1) + "%3A", "".join(out))   # no longer a scheme: a relative URL
+    text = _HARMFUL_LINK.sub(lambda m: m.group(1) + "%3A", "".join(out))   # no longer a scheme: a relative URL
+    # no image loads from anywhere when the instructor opens the page (a tracker, a request to their own server):
+    # a markdown image that is not inline becomes a link to it, an <img> keeps no such src
+    return _REMOTE_MD_IMAGE.sub("[", text)
 
 
 def safe_attachments(attachments) -> dict:
