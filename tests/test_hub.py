@@ -138,8 +138,6 @@ class HubRun:
         """Run a command as ``user`` with a login-like environment (runuser, no root left)."""
         env = ["env", "-i", f"HOME={self.home(user)}", f"USER={user}", "LANG=C.UTF-8",
                f"PATH={self.settings['venv']}/bin:/usr/local/bin:/usr/bin:/bin"]
-        if self.settings.get("ld_library_path"):   # as the hub gives it to every server (a copied interpreter)
-            env.append(f"LD_LIBRARY_PATH={self.settings['ld_library_path']}")
         return subprocess.run(["runuser", "-u", user, "--", *env, *cmd], cwd=cwd or self.home(user),
                               capture_output=True, text=True, timeout=timeout)
 
@@ -305,6 +303,100 @@ def test_hub_refuses_in_one_line(monkeypatch, capsys):
     assert hubmod.main([]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no configurable-http-proxy and no npm" in err[0], err
+
+
+FORK_PROBE = """
+import os, sys, time
+cap, made, why = int(sys.argv[1]), [], "none"
+for _ in range(cap):                 # a fork bomb capped at `cap` processes: each child sleeps until killed
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        why = exc.strerror
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    made.append(pid)
+print(len(made), why, flush=True)
+for pid in made:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+"""
+MEMORY_PROBE = """
+import sys
+mb, size, chunks = int(sys.argv[1]), int(sys.argv[2]), []
+try:
+    if size:
+        chunks.append(bytearray(size << 20))       # one allocation of `size` MiB (address space)
+    while len(chunks) * 16 < mb:                   # then `mb` MiB touched, 16 MiB at a time (resident memory)
+        chunks.append(b"x" * (16 << 20))
+    print("allocated", flush=True)
+except MemoryError:
+    print("MemoryError", flush=True)
+"""
+
+
+def _as_student(user, limits, code, *args, cgroup_parent="attncourse-hub-test"):
+    """Run ``code`` as ``user`` the way the hub starts a student's server: jupyterhub's own setuid preexec
+    (LocalProcessSpawner's), under instructor.hub.limits_preexec with the user's cgroups when ``limits``."""
+    import sys
+
+    from jupyterhub.spawner import set_user_setuid
+
+    from instructor.hub import limits_preexec, user_cgroups
+
+    setuid = set_user_setuid(user)
+    cg = user_cgroups(user, limits, parent=cgroup_parent) if limits else []
+    preexec = limits_preexec(limits, cg, then=setuid) if limits else setuid
+    t = time.time()
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable   # one every user can run
+    proc = subprocess.run([python, "-c", code, *map(str, args)], preexec_fn=preexec, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd="/")
+    return proc, cg, time.time() - t
+
+
+def test_a_students_limits_hold_and_the_same_code_without_them_exceeds_them():
+    """The per-student limits of the hub's spawner (deploy/jupyterhub_config.py: CourseSpawner), applied as it applies
+    them, hold for a throw-away student, and the very same code without them goes past them (paired): a capped
+    fork bomb, one large allocation, memory touched in chunks. Small limits (64 processes, 256 MiB) keep it safe."""
+    import os as _os
+
+    from instructor.hub import (CGROUPS, ensure_user, kill_user_processes, remove_user, remove_user_cgroups,
+                                resolve_limits)
+
+    if not hasattr(_os, "geteuid") or _os.geteuid() != 0:
+        pytest.skip("needs root (a throw-away Unix user)")
+    user = "acst" + secrets.token_hex(3) + "l"
+    limits = resolve_limits({"user_procs": 64, "process_memory": 512 << 20, "user_memory": 256 << 20})
+    ensure_user(user)
+    try:
+        # processes: a fork bomb capped at 100; with the limit it stops below 64 (RLIMIT_NPROC, pids.max)
+        free, _, _ = _as_student(user, None, FORK_PROBE, 100)
+        held, cg, _ = _as_student(user, limits, FORK_PROBE, 100)
+        print(f"fork bomb capped at 100: {free.stdout.strip()} without limits, {held.stdout.strip()} with 64")
+        assert free.stdout.split()[0] == "100", free.stdout + free.stderr
+        assert int(held.stdout.split()[0]) < 64 and "unavailable" in held.stdout, held.stdout + held.stderr
+        # address space per process: one 768 MiB allocation (RLIMIT_AS 512 MiB)
+        free, _, _ = _as_student(user, None, MEMORY_PROBE, 0, 768)
+        held, _, _ = _as_student(user, limits, MEMORY_PROBE, 0, 768)
+        assert free.stdout.strip() == "allocated", free.stdout + free.stderr
+        assert held.stdout.strip() == "MemoryError", held.stdout + held.stderr
+        # memory per student (cgroup, where the machine allows one): 400 MiB touched in 16 MiB pieces under 256 MiB
+        mem_cg = [d for d in cg if (d / "memory.limit_in_bytes").exists() or (d / "memory.max").exists()]
+        if mem_cg:
+            free, _, _ = _as_student(user, None, MEMORY_PROBE, 400, 0)
+            held, _, _ = _as_student(user, {**limits, "process_memory": 0}, MEMORY_PROBE, 400, 0)
+            print(f"400 MiB touched: {free.stdout.strip() or free.returncode} without limits, "
+                  f"{held.stdout.strip() or held.returncode} with a 256 MiB cgroup")
+            assert free.stdout.strip() == "allocated", free.stdout + free.stderr
+            assert held.returncode == -9 and "allocated" not in held.stdout, (held.returncode, held.stdout)
+        else:
+            print(f"no memory cgroup here ({CGROUPS}): only RLIMIT_AS holds memory")
+    finally:
+        kill_user_processes({user})
+        remove_user_cgroups([user], parent="attncourse-hub-test")
+        remove_user(user)
 
 
 @pytest.fixture
