@@ -644,16 +644,23 @@ class Hub:
         import urllib.request
 
         deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise HubError(f"JupyterHub exited ({self.proc.returncode}); see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/hub/api/", timeout=3) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
-        raise HubError(f"JupyterHub did not answer at {self.url} within {timeout:.0f} s")
+        # the hub's own port first, then through the proxy: the proxy starts before the hub, and each request
+        # before the hub's route is in it was a red "[ConfigProxy] error: 404 GET /hub/api/" in every start's log
+        # (and "Failed to get custom error page: ECONNREFUSED", the hub not listening yet)
+        for url in (f"http://127.0.0.1:{self.settings['hub_port']}/hub/api/", f"{self.url}/hub/api/"):
+            while True:
+                if self.proc.poll() is not None:
+                    raise HubError(f"JupyterHub exited ({self.proc.returncode}); see {self.log_path}")
+                if time.time() > deadline:
+                    raise HubError(f"JupyterHub did not answer at {self.url} within {timeout:.0f} s")
+                try:
+                    with urllib.request.urlopen(url, timeout=3) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.3)
+            time.sleep(0.5)   # the hub adds its routes to the proxy right after it listens
+        return self
 
     def stop(self) -> int:
         """Stop the hub (it stops the proxy and the servers), then anything of its users left: return that count."""
