@@ -191,9 +191,11 @@ def hub():
     run = HubRun(hubdir, tag)
     try:
         run.start()
-        for user in run.users:   # a fresh user's JupyterLab, without pop-ups or virtual scrolling (tests/browser.py)
-            settings = run.home(user) / ".jupyter" / "lab" / "user-settings"
+        for user in run.users:   # a fresh user's JupyterLab, without virtual scrolling (tests/browser.py); the news
+            settings = run.home(user) / ".jupyter" / "lab" / "user-settings"   # pop-up: the hub turns it off itself
             for name, values in LAB_SETTINGS.items():
+                if name == "@jupyterlab/apputils-extension/notification":
+                    continue
                 p = settings / f"{name}.jupyterlab-settings"
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(json.dumps(values))
@@ -420,6 +422,18 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             pages.login(user, wait=False)
         ipage = pages.login(hub.instructor)
         request.node.funcargs["page"] = ipage
+        # Nbgrader ▸ Formgrader shows formgrader inside JupyterLab (the instructor's server lets its own origin
+        # frame it; JupyterHub 6 sends frame-ancestors 'none'), and no news pop-up greets the instructor
+        ipage.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+        ipage.get_by_role("menuitem", name="Formgrader", exact=True).click()
+        fg = ipage.frame_locator("iframe").first
+        expect(fg.get_by_text("Manage Assignments").first).to_be_visible(timeout=60_000)
+        expect(fg.locator("tr").filter(has_text=SECTION).first).to_be_visible()
+        (ARTIFACTS / test).mkdir(parents=True, exist_ok=True)
+        ipage.screenshot(path=str(ARTIFACTS / test / "00-formgrader-in-lab.png"))
+        assert ipage.get_by_text("official Jupyter news").count() == 0
+        assert ipage.locator(".jp-Notification-Toast-info, .Toastify__toast").count() == 0, \
+            ipage.locator(".Toastify__toast").all_inner_texts()
         row = _assignment_row(ipage, hub)
         shot(ipage, test, "01-formgrader-draft")
         _fg_button(ipage, row, "assign")
@@ -518,14 +532,19 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/gradebook/{SECTION}/{SECTION}")
         ipage.locator("tr").filter(has_text=hub.students[1]).wait_for()
         shot(ipage, test, "22-formgrader-manual-grading")
+        # its names (shown with the eye): the roster's, else the login alone (first_name None; "" showed "acst…s2,")
+        names = sorted(n.strip() for n in ipage.locator("td a.name-shown").all_text_contents())
+        assert names == sorted(["Lovelace, Ada", hub.students[1]]), names
 
         # formgrader's Manage Students: ./course hub put the roster in the gradebook (names, else the login)
         ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_students")
-        for s, name in zip(hub.students, ("Lovelace, Ada", f"{hub.students[1]},")):
+        # (this list joins "last, first" whatever they are: a student without a name is "login, None" as in any
+        # nbgrader gradebook where the first name is left empty)
+        for s, name in zip(hub.students, ("Lovelace, Ada", f"{hub.students[1]}, None")):
             student_row = ipage.locator("tr").filter(has_text=s).first
             student_row.wait_for()
             text = student_row.inner_text()
-            assert text.startswith(name) and "None" not in text, text
+            assert text.startswith(name), text
         shot(ipage, test, "22b-formgrader-students")
 
         # 5. feedback: generated and released in formgrader
@@ -580,6 +599,55 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         by_name = [p for p in (exchange / "inbound").iterdir() if p.name.startswith(f"{s2}+")]
         print(f"(exchange, by exact name: {s1} can read {s2}'s submission folder: {hub.can_read(s1, by_name[0])})")
         print(f"hub loop done in {time.time() - t0:.0f} s")
+
+
+@pytest.mark.slow
+def test_student_python_needs_no_environment_and_servers_run_under_limits(hub, pages):
+    """A student's Python runs with no environment at all (``env -i``: no LD_LIBRARY_PATH; a copied interpreter
+    finds its libpython by RUNPATH) and imports ssl and torch; a student's server runs under the hub's limits (its
+    RLIMIT_NPROC and RLIMIT_AS, its own cgroups), the instructor's does not."""
+    import sys
+
+    import psutil
+
+    student = hub.students[0]
+    proc = subprocess.run(["runuser", "-u", student, "--", "env", "-i", f"{hub.settings['venv']}/bin/python", "-c",
+                           "import ssl, sys, torch; print(sys.version.split()[0], torch.__version__)"],
+                          capture_output=True, text=True, timeout=300, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[0] == sys.version.split()[0], proc.stdout   # this very Python, not Debian's 3.11.2
+    for user in (student, hub.instructor):
+        pages.login(user)
+    limits = hub.settings["limits"]
+
+    def server(user):
+        uid = pwd.getpwnam(user).pw_uid
+        return next(p for p in psutil.process_iter(["uids", "cmdline"])
+                    if p.info["uids"].real == uid and "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or []))
+
+    def rlimits(proc):   # /proc/PID/limits: {"Max processes": "512", ...} (soft limits)
+        rows = Path(f"/proc/{proc.pid}/limits").read_text().splitlines()[1:]
+        return {r[:26].strip(): r[26:47].strip() for r in rows}
+
+    s, i = server(student), server(hub.instructor)
+    sl, il = rlimits(s), rlimits(i)
+    assert sl["Max processes"] == str(limits["user_procs"]), sl
+    assert sl["Max address space"] == str(limits["process_memory"]), sl
+    assert il["Max processes"] != str(limits["user_procs"]) and il["Max address space"] == "unlimited", il
+    cgroups = Path(f"/proc/{s.pid}/cgroup").read_text()
+    print(f"{student}'s server: {sl['Max processes']} processes, {sl['Max address space']} bytes, "
+          f"cgroups {' '.join(ln for ln in cgroups.split() if 'attncourse' in ln)}")
+    from instructor.hub import user_cgroups
+
+    if user_cgroups(f"probe{os.getpid()}", limits, parent="attncourse-hub-probe"):   # cgroups can be made here
+        from instructor.hub import remove_user_cgroups
+
+        remove_user_cgroups([f"probe{os.getpid()}"], parent="attncourse-hub-probe")
+        assert f"attncourse-hub/{student}" in cgroups, cgroups
+    said = next(ln for ln in hub.lines if ln.startswith("per student: "))
+    print(said)
+    if "/proc hidepid=2 (others' processes hidden)" in said:   # where the machine allows it: only one's own
+        assert not hub.can_read(student, f"/proc/{i.pid}/cmdline") and hub.can_read(student, f"/proc/{s.pid}/cmdline")
 
 
 @pytest.mark.slow
