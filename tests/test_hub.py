@@ -611,12 +611,12 @@ def _nbgrader(hub) -> str:
     return f"{hub.settings['venv']}/bin/nbgrader"
 
 
-def _as_instructor(hub, *cmd, **kw):
+def _nbg_instructor(hub, *cmd, **kw):
     return hub.as_user(hub.instructor, *cmd, cwd=hub.course,
                        env=(f"JUPYTER_CONFIG_PATH={hub.settings['etc']}/instructor",), **kw)
 
 
-def _as_student(hub, user, *cmd, env=(), **kw):
+def _nbg_student(hub, user, *cmd, env=(), **kw):
     return hub.as_user(user, *cmd, env=(f"JUPYTER_CONFIG_PATH={hub.settings['etc']}/student", *env), **kw)
 
 
@@ -628,10 +628,10 @@ def _ok(proc):
 @pytest.fixture(scope="module")
 def released(hub):
     """02 released by the instructor and fetched by both students, with nbgrader's commands."""
-    _ok(_as_instructor(hub, _nbgrader(hub), "release_assignment", SECTION, "--force"))
+    _ok(_nbg_instructor(hub, _nbgrader(hub), "release_assignment", SECTION, "--force"))
     for s in hub.students:
         if not (hub.home(s) / SECTION).exists():
-            _ok(_as_student(hub, s, _nbgrader(hub), "fetch_assignment", SECTION))
+            _ok(_nbg_student(hub, s, _nbgrader(hub), "fetch_assignment", SECTION))
     return Path(hub.settings["exchange"]) / hub.settings["course_id"]
 
 
@@ -682,16 +682,16 @@ def test_a_student_submits_as_themselves_only(hub, released, nbgrader_exchange):
     s1, s2 = hub.students
     nbg, inbound = _nbgrader(hub), released / "inbound"
     before = sorted(os.listdir(inbound / s1))
-    forged = _as_student(hub, s2, nbg, "submit", SECTION, f"--student={s1}")
+    forged = _nbg_student(hub, s2, nbg, "submit", SECTION, f"--student={s1}")
     assert forged.returncode != 0 and f"You submit as yourself ({s2})" in forged.stdout + forged.stderr, forged
-    _ok(_as_student(hub, s2, nbg, "submit", SECTION, env=(f"USER={s1}", f"LOGNAME={s1}")))
+    _ok(_nbg_student(hub, s2, nbg, "submit", SECTION, env=(f"USER={s1}", f"LOGNAME={s1}")))
     assert sorted(os.listdir(inbound / s1)) == before
     mine = sorted(inbound / s2 / n for n in os.listdir(inbound / s2))
     assert mine and all(p.stat().st_uid == pwd.getpwnam(s2).pw_uid for p in mine), mine
     assert not any(hub.can_read(s1, p) for p in mine)
     # the pairing: nbgrader's exchange and submit take the name given
     theirs = nbgrader_exchange / hub.settings["course_id"] / "inbound"
-    _ok(_as_student(hub, s2, nbg, "submit", SECTION, f"--student={s1}", f"--Exchange.root={nbgrader_exchange}",
+    _ok(_nbg_student(hub, s2, nbg, "submit", SECTION, f"--student={s1}", f"--Exchange.root={nbgrader_exchange}",
                     *sorted(NBGRADER_DEFAULT)))
     assert any(n.startswith(f"{s1}+{SECTION}+") for n in os.listdir(theirs)), os.listdir(theirs)
 
@@ -712,7 +712,7 @@ def test_collect_takes_the_released_notebook_as_a_file_and_the_kernels_time(hub,
             f"echo '2000-01-01 00:00:00.000000 UTC' > '{crafted}/timestamp.txt'")
     _ok(hub.as_user(s2, "bash", "-c", make, cwd="/"))
     t0 = time.time()
-    log = _ok(_as_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
+    log = _ok(_nbg_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
     got = hub.course / "submitted" / s2 / SECTION
     assert sorted(os.listdir(got)) == ["timestamp.txt"], (os.listdir(got), log)
     assert f"{SECTION}.ipynb: a link" in log and "ipykernel_launcher.py: not a released notebook" in log, log
@@ -733,10 +733,10 @@ def test_collect_takes_the_released_notebook_as_a_file_and_the_kernels_time(hub,
         shutil.rmtree(out, ignore_errors=True)
     # the honest flow: a real submission, then its timestamp.txt rewritten (nbgrader#1104): the notebook and its
     # secret are collected, the time is the kernel's
-    _ok(_as_student(hub, s2, nbg, "submit", SECTION))
+    _ok(_nbg_student(hub, s2, nbg, "submit", SECTION))
     newest = max(folder.iterdir(), key=lambda p: p.stat().st_ctime)
     _ok(hub.as_user(s2, "bash", "-c", f"echo '2000-01-01 00:00:00.000000 UTC' > '{newest}/timestamp.txt'", cwd="/"))
-    _ok(_as_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
+    _ok(_nbg_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
     assert sorted(os.listdir(got)) == sorted([f"{SECTION}.ipynb", "submission_secret.txt", "timestamp.txt"])
     assert (got / "timestamp.txt").read_text().startswith(time.strftime("%Y-%m-%d", time.gmtime(t0)))
     assert "### BEGIN SOLUTION" not in (got / f"{SECTION}.ipynb").read_text()
