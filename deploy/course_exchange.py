@@ -9,7 +9,7 @@ instructor's ``source/`` comes back as a submission, with full marks and the sol
 
 Here identity and time come from the kernel, not from files students write:
 
-* **the layout** (made by ``./course hub`` as root, instructor/hub.py ``make_exchange``): the exchange root
+* **the layout** (made by ``./course hub`` as root, deploy/hub.py ``make_exchange``): the exchange root
   root-owned 0755; the course folder, ``outbound`` and ``feedback`` the instructor's (students read released
   files; feedback is 0711, each file named by a 128-hex secret only its student holds); ``inbound`` the
   instructor's, 0711 (nobody lists it); and in it **one folder per student, owned by that student, group the

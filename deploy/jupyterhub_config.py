@@ -1,6 +1,6 @@
 """JupyterHub for the course on one machine: PAM logins of real Unix users, local single-user servers.
 
-``./course hub`` (instructor/hub.py) writes ``$ATTNCOURSE_HUB_DIR/hub.json`` and starts
+``./course hub`` (deploy/hub.py) writes ``$ATTNCOURSE_HUB_DIR/hub.json`` and starts
 ``jupyterhub -f deploy/jupyterhub_config.py`` as root; see deploy/README.md.
 """
 import json
@@ -11,8 +11,8 @@ from pathlib import Path
 from jupyterhub.spawner import LocalProcessSpawner
 
 c = get_config()  # noqa: F821
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout: instructor.hub
-from instructor.hub import limits_preexec, resolve_limits, user_cgroups  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # this checkout: deploy.hub
+from deploy.hub import limits_preexec, resolve_limits, user_cgroups  # noqa: E402
 
 HUB = Path(os.environ["ATTNCOURSE_HUB_DIR"])
 S = json.loads((HUB / "hub.json").read_text())

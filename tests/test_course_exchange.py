@@ -8,9 +8,7 @@ import os
 
 import pytest
 
-from instructor.hub import _deploy_module
-
-ex = _deploy_module("course_exchange")
+from deploy import course_exchange as ex
 
 
 @pytest.fixture

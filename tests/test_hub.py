@@ -63,7 +63,7 @@ def _mistake():
 
 def why_no_hub() -> str | None:
     from judge.sandbox import bwrap_works
-    from instructor.hub import why_not
+    from deploy.hub import why_not
 
     reason = why_not()
     if reason:
@@ -164,7 +164,7 @@ class HubRun:
         """Processes still running that belong to this hub: its users' or any naming its folder or port."""
         import psutil
 
-        from instructor.hub import user_ids
+        from deploy.hub import user_ids
 
         uids = user_ids(self.users)
         left = []
@@ -184,7 +184,7 @@ def hub():
     reason = why_no_hub()
     if reason:
         pytest.skip(reason)
-    from instructor.hub import remove_user
+    from deploy.hub import remove_user
 
     tag = "acst" + secrets.token_hex(3)
     hubdir = Path(tempfile.mkdtemp(prefix="attncourse-hub-", dir="/tmp"))
@@ -292,7 +292,7 @@ def _panel_row(panel, listing: str):
 # -- the tests ----------------------------------------------------------------------------------------------
 def test_hub_refuses_in_one_line(monkeypatch, capsys):
     """Where ./course hub cannot run it says what is missing, in one line, and starts nothing."""
-    from instructor import hub as hubmod
+    from deploy import hub as hubmod
 
     monkeypatch.setattr(hubmod.os, "geteuid", lambda: 1000)
     assert hubmod.main([]) == 2
@@ -342,12 +342,12 @@ except MemoryError:
 
 def _as_student(user, limits, code, *args, cgroup_parent="attncourse-hub-test"):
     """Run ``code`` as ``user`` the way the hub starts a student's server: jupyterhub's own setuid preexec
-    (LocalProcessSpawner's), under instructor.hub.limits_preexec with the user's cgroups when ``limits``."""
+    (LocalProcessSpawner's), under deploy.hub.limits_preexec with the user's cgroups when ``limits``."""
     import sys
 
     from jupyterhub.spawner import set_user_setuid
 
-    from instructor.hub import limits_preexec, user_cgroups
+    from deploy.hub import limits_preexec, user_cgroups
 
     setuid = set_user_setuid(user)
     cg = user_cgroups(user, limits, parent=cgroup_parent) if limits else []
@@ -365,7 +365,7 @@ def test_a_students_limits_hold_and_the_same_code_without_them_exceeds_them():
     fork bomb, one large allocation, memory touched in chunks. Small limits (64 processes, 256 MiB) keep it safe."""
     import os as _os
 
-    from instructor.hub import (CGROUPS, ensure_user, kill_user_processes, remove_user, remove_user_cgroups,
+    from deploy.hub import (CGROUPS, ensure_user, kill_user_processes, remove_user, remove_user_cgroups,
                                 resolve_limits)
 
     if not hasattr(_os, "geteuid") or _os.geteuid() != 0:
@@ -638,7 +638,7 @@ def released(hub):
 @pytest.fixture(scope="module")
 def nbgrader_exchange(hub, released):
     """The same course on nbgrader's documented exchange (root 0777, inbound 2733), for the pairings."""
-    from instructor.hub import _chown_tree
+    from deploy.hub import _chown_tree
 
     root = Path(tempfile.mkdtemp(prefix="nbgrader-exchange-", dir="/tmp"))
     root.chmod(0o777)
@@ -745,7 +745,7 @@ def test_collect_takes_the_released_notebook_as_a_file_and_the_kernels_time(hub,
 def test_a_kernel_never_imports_from_the_notebooks_folder(hub):
     """An ``ipykernel_launcher.py`` beside a collected notebook ran as the instructor when they opened it: the
     hub's kernelspec starts Python with ``-P``. The same launcher without ``-P`` (the venv's own kernelspec) runs it."""
-    from instructor.hub import _chown_tree
+    from deploy.hub import _chown_tree
 
     spec = json.loads(Path(hub.settings["venv"], "share", "jupyter", "kernels", "python3", "kernel.json").read_text())
     assert spec["argv"][1] == "-P", spec["argv"]
@@ -801,10 +801,10 @@ def test_student_python_needs_no_environment_and_servers_run_under_limits(hub, p
     cgroups = Path(f"/proc/{s.pid}/cgroup").read_text()
     print(f"{student}'s server: {sl['Max processes']} processes, {sl['Max address space']} bytes, "
           f"cgroups {' '.join(ln for ln in cgroups.split() if 'attncourse' in ln)}")
-    from instructor.hub import user_cgroups
+    from deploy.hub import user_cgroups
 
     if user_cgroups(f"probe{os.getpid()}", limits, parent="attncourse-hub-probe"):   # cgroups can be made here
-        from instructor.hub import remove_user_cgroups
+        from deploy.hub import remove_user_cgroups
 
         remove_user_cgroups([f"probe{os.getpid()}"], parent="attncourse-hub-probe")
         assert f"attncourse-hub/{student}" in cgroups, cgroups

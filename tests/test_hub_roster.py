@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from instructor.hub import HubError, read_roster, register_students
+from deploy.hub import HubError, read_roster, register_students
 from tests.harness import ROOT
 
 

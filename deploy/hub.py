@@ -347,16 +347,6 @@ def _share_with_safe_kernel(share: Path, dest: Path, python: Path):
     (dest / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec, indent=1))
 
 
-def _deploy_module(name: str):
-    """A module of deploy/ (the hub's code, not the course's package), loaded from its file."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"attncourse_deploy_{name}", DEPLOY / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
     """The exchange of deploy/course_exchange.py, made (or made safe again) as root:
 
@@ -635,7 +625,8 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
     course.chmod(0o700)
     register_students(course, instructor, roster)
 
-    config_lines = _deploy_module("course_exchange").config_lines
+    from deploy.course_exchange import config_lines
+
     exchange_cfg = (f"c.CourseDirectory.course_id = {cid!r}\n"
                     f"c.Exchange.root = {str(exchange)!r}\n" + config_lines())
     etc = hubdir / "etc"
