@@ -389,7 +389,7 @@ def test_report_counts_checks_that_hit_a_limit_as_faults():
     assert said.cause is None and said.limit is None
 
 
-def _kill_workers(client, timeout: float = 60.0):
+def _kill_workers(client, timeout: float = 300.0):
     """Kill every worker process (each nanny starts a new, empty one) and wait for the new ones."""
     import contextlib
     import time
@@ -434,7 +434,7 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
                 # computing it: KilledWorker with allowed-failures 0) is sent again with a resent kit
                 while True:
                     try:
-                        return client.submit(size, kits.get("s"), pure=False).result(timeout=60)
+                        return client.submit(size, kits.get("s"), pure=False).result(timeout=300)
                     except Exception as exc:  # noqa: BLE001
                         if not kits.lost("s", exc):
                             raise
