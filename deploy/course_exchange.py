@@ -27,6 +27,7 @@ Here identity and time come from the kernel, not from files students write:
 """
 from __future__ import annotations
 
+import base64
 import datetime
 import errno
 import glob
@@ -82,9 +83,8 @@ def _lstat(path):
         return None
 
 
-def own_folder(inbound: str, user: str) -> str | None:
-    """``inbound/<user>`` if it is a real folder (not a link) owned by ``user``; else None."""
-    uid = _uid(user)
+def own_folder(inbound: str, user: str, uid: int | None) -> str | None:
+    """``inbound/<user>`` if it is a real folder (not a link) owned by ``user`` (whose uid is ``uid``); else None."""
     path = os.path.join(inbound, user)
     st = _lstat(path)
     if uid is None or st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
@@ -104,12 +104,12 @@ class ExchangeSubmit(_RootNeedNotBeWritable, _submit.ExchangeSubmit):
             self.fail(f"You submit as yourself ({me}), not as {asked!r}.")
         self.coursedir.student_id = me
         inbound = os.path.join(self.root, self.coursedir.course_id, "inbound")
-        self.inbound_path = own_folder(inbound, me)
+        self.inbound_path = own_folder(inbound, me, os.getuid())
         if self.inbound_path is None:
             self.fail(f"There is no submission folder for {me} in this course; please contact your instructor.")
         self.cache_path = os.path.join(self.cache, self.coursedir.course_id)
         ts = self.timestamp   # shown to the student (their Assignments panel); collect does not trust it
-        rand = __import__("base64").urlsafe_b64encode(os.urandom(9)).decode("ascii")
+        rand = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
         self.assignment_filename = f"{me}+{self.coursedir.assignment_id}+{ts}+{rand}"
 
     def do_copy(self, src, dest, log=None):
@@ -179,7 +179,8 @@ class ExchangeCollect(_RootNeedNotBeWritable, _collect.ExchangeCollect):
                         if fst is not None:
                             ctime = max(ctime, fst.st_ctime)
                 when = datetime.datetime.fromtimestamp(ctime, datetime.timezone.utc).replace(tzinfo=None)
-                out.append({"username": user, "filename": entry.name, "path": entry.path, "timestamp": when})
+                out.append({"username": user, "uid": uid, "filename": entry.name, "path": entry.path,
+                            "timestamp": when})
         return out
 
     def init_src(self):
@@ -198,7 +199,7 @@ class ExchangeCollect(_RootNeedNotBeWritable, _collect.ExchangeCollect):
             if wanted is not None and user != wanted:
                 continue
             uid = _uid(user)
-            folder = own_folder(self.inbound_path, user)
+            folder = own_folder(self.inbound_path, user, uid)
             if folder is None:
                 self.log.warning("Left out %s: not a folder owned by a user of that name",
                                  os.path.join(self.inbound_path, user))
@@ -236,7 +237,7 @@ class ExchangeCollect(_RootNeedNotBeWritable, _collect.ExchangeCollect):
                 shutil.rmtree(dest)
             else:
                 self.log.info("Collecting submission: %s %s", student, self.coursedir.assignment_id)
-            self.copy_submission(rec["path"], dest, _uid(student), rec["timestamp"])
+            self.copy_submission(rec["path"], dest, rec["uid"], rec["timestamp"])
 
     def copy_submission(self, src: str, dest: str, uid: int, when: datetime.datetime):
         """The released notebooks of ``src`` (and its secret) into ``dest``, each read without following a link;

@@ -380,8 +380,9 @@ def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
 
 def shared_venv(dest: Path, python: str) -> Path:
     """A view of this checkout's .venv that every user can run: ``dest/bin/python`` is ``python`` (from
-    :func:`base_python`), ``dest/lib/pythonX.Y/site-packages`` reads the venv's packages in place, ``share`` and
-    ``etc`` are links to the venv's, and its console scripts are copies whose first line names ``dest/bin/python``.
+    :func:`base_python`), ``dest/lib/pythonX.Y/site-packages`` reads the venv's packages in place (plus copies of ``attncourse`` and
+    ``course_exchange``), ``etc`` is a link to the venv's, ``share`` mirrors it with a ``-P`` kernelspec
+    (:func:`_share_with_safe_kernel`), and its console scripts are copies whose first line names ``dest/bin/python``.
     """
     venv = Path(sys.prefix)
     ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
@@ -560,51 +561,20 @@ def describe_limits(limits: dict, hidden: bool | None) -> str:
     return "; ".join(parts)
 
 
-def set_limits(hubdir: Path, limits: dict) -> dict:
-    """Put the per-student limits in hub.json (deploy/jupyterhub_config.py reads them); returns them resolved."""
-    path = Path(hubdir) / "hub.json"
-    settings = json.loads(path.read_text())
-    settings["limits"] = resolve_limits(limits)
-    _write(path, json.dumps(settings, indent=1))
-    return settings["limits"]
-
-
-def instructor_frames_formgrader(etc: Path) -> None:
-    """The instructor's server may be framed by pages of its own origin: JupyterHub 6 sends every single-user
-    server ``frame-ancestors 'none'``, and *Nbgrader ▸ Formgrader* (an iframe in JupyterLab) said "refused to
-    connect" (nbgrader issue #1870). Students' servers keep 'none'."""
-    _write(Path(etc) / "instructor" / "jupyter_server_config.json", json.dumps(
-        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}}},
-        indent=1))
-
-
-LAB_OFF_FOR_ALL = ["@jupyterlab/apputils-extension:announcements"]   # JupyterLab's news pop-up
-
-
-def lab_off_for_all(etc: Path) -> None:
-    """No JupyterLab news pop-up ("Would you like to get notified about official Jupyter news?") for any role:
-    the plugin is off in each role's page_config.json (kept: what prepare() turned off there)."""
-    for role in ("student", "instructor"):
-        path = Path(etc) / role / "labconfig" / "page_config.json"
-        page = json.loads(path.read_text()) if path.exists() else {}
-        page.setdefault("disabledExtensions", {}).update({n: True for n in LAB_OFF_FOR_ALL})
-        _write(path, json.dumps(page, indent=1))
-        path.parent.chmod(0o755)
-
-
-def finish_config(hubdir: Path, limits: dict) -> dict:
-    """What ./course hub adds to prepare()'s folder: the limits, the instructor's CSP, no news pop-up."""
-    etc = Path(json.loads((Path(hubdir) / "hub.json").read_text())["etc"])
-    instructor_frames_formgrader(etc)
-    lab_off_for_all(etc)
-    return set_limits(hubdir, limits)
+# JupyterLab's news pop-up ("Would you like to get notified about official Jupyter news?"): off for every role
+LAB_OFF_FOR_ALL = ["@jupyterlab/apputils-extension:announcements"]
+# the instructor's server may be framed by pages of its own origin: JupyterHub 6 sends every single-user server
+# ``frame-ancestors 'none'``, and *Nbgrader ▸ Formgrader* (an iframe in JupyterLab) said "refused to connect"
+# (nbgrader issue #1870). Students' servers keep 'none'.
+INSTRUCTOR_CSP = "frame-ancestors 'self'"
 
 
 # -- the hub's folder ------------------------------------------------------------------------------
 def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "127.0.0.1",
-            port: int = 8000, home_base: str | None = None) -> dict:
+            port: int = 8000, home_base: str | None = None, limits: dict | None = None) -> dict:
     """Users, exchange, package copy, per-role config and the instructor's course; returns {user: password}.
-    ``roster``: {login: {first_name, last_name, email, lms_user_id}} (:func:`read_roster`; ``{}`` for no names)."""
+    ``roster``: {login: {first_name, last_name, email, lms_user_id}} (:func:`read_roster`; ``{}`` for no names);
+    ``limits``: the per-student limits (:func:`resolve_limits`), kept in hub.json for deploy/jupyterhub_config.py."""
     students = list(roster)
     hubdir = Path(hubdir)
     passwords = {name: ensure_user(name, home_base) for name in [instructor, *students]}
@@ -635,8 +605,11 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
            "c = get_config()  # noqa: F821\n" + exchange_cfg)
     _write(etc / "student" / "jupyter_server_config.json",
            json.dumps({"ServerApp": {"jpserver_extensions": {n: False for n in STUDENT_SERVER_OFF}}}, indent=1))
-    _write(etc / "student" / "labconfig" / "page_config.json",
-           json.dumps({"disabledExtensions": {n: True for n in STUDENT_LAB_OFF}}, indent=1))
+    for role, off in (("student", STUDENT_LAB_OFF + LAB_OFF_FOR_ALL), ("instructor", LAB_OFF_FOR_ALL)):
+        _write(etc / role / "labconfig" / "page_config.json",
+               json.dumps({"disabledExtensions": {n: True for n in off}}, indent=1))
+    _write(etc / "instructor" / "jupyter_server_config.json", json.dumps(
+        {"ServerApp": {"tornado_settings": {"headers": {"Content-Security-Policy": INSTRUCTOR_CSP}}}}, indent=1))
     _write(etc / "instructor" / "nbgrader_config.py",
            "# the instructor: the course folder (its own nbgrader_config.py: the judge, the sandbox) and the exchange\n"
            "import sys\n"
@@ -646,7 +619,7 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
            "c = get_config()  # noqa: F821\n"
            f"load_subconfig({str(course / 'nbgrader_config.py')!r})  # noqa: F821\n"
            f"c.CourseDirectory.root = {str(course)!r}\n" + exchange_cfg)
-    for d in (etc, etc / "student", etc / "instructor"):
+    for d in (etc, etc / "student", etc / "instructor", etc / "student" / "labconfig", etc / "instructor" / "labconfig"):
         d.chmod(0o755)
 
     state = hubdir / "state"
@@ -657,6 +630,7 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
         "instructor": instructor, "students": students, "course": str(course), "course_id": cid,
         "exchange": str(exchange), "etc": str(etc), "state": str(state),
         "venv": str(venv), "python": str(venv / "bin" / "python"), "proxy": proxy_command(),
+        "limits": resolve_limits(limits),
     }
     _write(hubdir / "hub.json", json.dumps(settings, indent=1))
     return passwords
@@ -798,8 +772,8 @@ def main(argv=None) -> int:
     except (HubError, OSError) as exc:
         print(f"./course hub: {exc}", file=sys.stderr)
         return 2
-    passwords = prepare(Path(args.dir), args.instructor, roster, args.ip, args.port, args.home_base)
-    limits = finish_config(Path(args.dir), limits)
+    limits = resolve_limits(limits)
+    passwords = prepare(Path(args.dir), args.instructor, roster, args.ip, args.port, args.home_base, limits)
     closed = close_checkout()
     if closed:
         print(f"closed to other users (chmod o-rwx, they hold the solutions): {', '.join(closed)} in {ROOT}")
