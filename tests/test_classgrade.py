@@ -389,21 +389,22 @@ def test_report_counts_checks_that_hit_a_limit_as_faults():
     assert said.cause is None and said.limit is None
 
 
-def _kill_workers(client, timeout: float = 300.0):
-    """Kill every worker process (each nanny starts a new, empty one) and wait for the new ones."""
-    import contextlib
-    import time
+def _every_worker_dies(lc, client, timeout: float = 300.0):
+    """Every worker dies the way the scheduler sees a death (its data gone, the task it was running suspicious),
+    then a fresh, empty worker joins (the nanny's restart).
 
-    before = set(client.scheduler_info()["workers"])
-    with contextlib.suppress(Exception):
-        client.run(os._exit, 70)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        now = set(client.scheduler_info()["workers"])
-        if now and not now & before:
-            return
-        time.sleep(0.2)
-    raise TimeoutError("the workers did not come back")
+    The workers are threads of this process and the scheduler removes them itself: two CI runs on a loaded
+    2-core machine killed worker processes and waited more than 300 s for the nannies' restarted workers (the
+    second time the new worker was known to the scheduler but never ran a task), which tested Dask's process
+    handling under load, not the kit.  The scheduler's side of a death is the same code either way
+    (``Scheduler.remove_worker``, ``expected=False``).
+    """
+    old = list(lc.scheduler.workers)
+    for address in old:
+        client.sync(lc.scheduler.remove_worker, address=address, stimulus_id="test-death", expected=False, close=True)
+    assert not set(lc.scheduler.workers) & set(old)
+    lc.scale(len(lc.worker_spec) + 1)
+    client.wait_for_workers(1, timeout=timeout)
 
 
 @pytest.mark.slow
@@ -422,7 +423,7 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
     kit = {"section": "s", "files": {"x": b"k" * 1000}, "hash": "h"}
     size = lambda k: len(k["files"]["x"])  # noqa: E731
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit=0,
+        with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, memory_limit=0,
                           dashboard_address=":0", silence_logs=50) as lc, Client(lc) as client:
             kits = KitFutures(client, {"s": kit})
             scattered = client.scatter([kit], hash=False)[0]
@@ -440,7 +441,7 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
                             raise
 
             for _ in range(2):
-                _kill_workers(client)
+                _every_worker_dies(lc, client)
                 assert through_the_grader() == 1000
             assert kits.sent["s"] <= kits.tries  # recomputed by the scheduler (or resent when its worker died mid-task)
             with pytest.raises(Exception):
