@@ -4,34 +4,22 @@
 
 Runs each instructor notebook (solutions and hidden tests in place) in a fresh
 kernel, from a temporary copy of its folder, and prints wall-clock seconds:
-kernel start-up and imports included, as a student experiences "Run All".
+kernel start-up and imports included, as a student experiences "Run All"
+(every cell, the ones grading skips too: authoring/run_all.py).
 """
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 from attncourse.course import SECTIONS
+from authoring.run_all import run_all
 
 
 def run(section: str) -> float:
-    src = ROOT / "source" / section
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp) / section
-        shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "figures"))
-        nb = nbformat.read(str(work / f"{section}.ipynb"), as_version=4)
-        os.environ["ATTNCOURSE_ROOT"] = str(ROOT)
-        start = time.perf_counter()
-        NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
-        return time.perf_counter() - start
+    return run_all(section, ROOT, timeout=300)[1]
 
 
 def main(argv):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from judge.autograded import first_line
 from judge.files import plain_below, read_tree
+from judge.preprocessors import SKIP_TAG
 
 
 # Student code (any cell that is not locked) that tries to trick the checks.
@@ -172,6 +173,9 @@ def prescan(root: Path, section: str, student: str, release) -> dict:
     found = []
     for c in cells:
         meta = c.get("metadata", {}).get("nbgrader") or {}
+        tags = c.get("metadata", {}).get("tags") or []
+        if isinstance(tags, list) and SKIP_TAG in tags and any(meta.get(k) for k in ("grade", "solution", "locked")):
+            found.append(f"{meta.get('grade_id') or 'a graded cell'} is tagged {SKIP_TAG} (ignored: it ran)")
         if c.get("cell_type") != "code" or meta.get("locked"):
             continue
         src = c.get("source", "")

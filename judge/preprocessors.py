@@ -56,6 +56,8 @@ from .sanitize import safe_attachments, safe_markdown, safe_outputs
 TAMPERING = "TamperingSuspected"
 SCRATCH_PREFIX = "attncourse-run-"
 TIMED_OUT = "attncourse_timed_out"   # resources key: indexes of the cells whose execution nbgrader timed out
+SKIP_TAG = "skip-when-grading"   # a demonstration no graded cell needs (a training run, its plots): not run when grading
+NOT_RUN = "(not run when grading: a demonstration that no graded cell needs; run it in JupyterLab)\n"
 _CACHE: dict = {}
 
 
@@ -95,9 +97,13 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
     """
 
     course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
+    skip_cells_with_tag = Unicode(SKIP_TAG, help="cells with this tag are not run when grading (nbclient's "
+                                  "skip_cells_with_tag); an nbgrader cell always runs, whatever its tags").tag(config=True)
 
     def preprocess(self, nb, resources=None, km=None):
         import torch
+
+        skipped = skip_demonstrations(nb, self.skip_cells_with_tag)
 
         resources = resources if resources is not None else {}
         meta = resources.setdefault("metadata", {})
@@ -112,6 +118,8 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
             meta["path"] = scratch                           # nbclient starts the kernel in metadata.path
             return super().preprocess(nb, resources, km=km)
         finally:
+            for cell in skipped:
+                cell.outputs = [_stream(NOT_RUN)]
             resources[RESOURCES_KEY] = self.caps_report()
             meta["path"] = home
             resources[TIMED_OUT] = [i for i, c in enumerate(nb.cells) if any(c is t for t in self._timed_out)]
@@ -122,6 +130,28 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
         if cell is not None:
             self._timed_out.append(cell)
         return await super()._async_handle_timeout(timeout, cell)
+
+
+def skip_demonstrations(nb, tag: str = SKIP_TAG) -> list:
+    """The code cells nbclient will skip (tagged ``tag``), outputs cleared; the tag is taken off every nbgrader cell.
+
+    The tag marks a demonstration in the instructor's source — 09's training run, 08's RoPE trainings — that no
+    graded cell depends on, so grading (and a learner's self-check) runs at the speed of the checks.  A tag in a
+    submission is the student's: on their own cells it only skips what they could delete anyway; on a setup,
+    solution or test cell it is ignored (those always run and are judged as ever).
+    """
+    skipped = []
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags") or []
+        if tag not in tags:
+            continue
+        meta = cell.metadata.get("nbgrader") or {}
+        if any(meta.get(k) for k in ("grade", "solution", "locked", "task")) or cell.cell_type != "code":
+            cell.metadata["tags"] = [t for t in tags if t != tag]
+        else:
+            cell.outputs = []
+            skipped.append(cell)
+    return skipped
 
 
 def _stream(text):

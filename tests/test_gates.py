@@ -17,8 +17,11 @@ import os
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from authoring.run_all import run_all
+from judge.preprocessors import SKIP_TAG
 from tests.harness import ROOT, Course, cell_text, read_nb, with_cells
 from tests.sections import checks_of, params, with_source
 
@@ -52,12 +55,27 @@ def graded(section: str, tmp_root: str):
             course.autograde(section)
             results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
             _write_score_table(section, rounds, results)
+            if skipped_when_grading(course.source_nb(section)):   # the prose quotes what those cells print
+                nbformat.write(run_all(section, course.root)[0], str(folder / f"{section}.run_all.ipynb"))
             done.write_text(json.dumps(results))
     course = Course.open(root)     # every worker reads the same: the course folder and the results file
     source = course.source_nb(section)
     _, rounds = _submissions(spec, source, course.release_nb(section))
     results = {s: (scores, messages) for s, (scores, messages) in json.loads(done.read_text()).items()}
     return course, spec, source, rounds, results
+
+
+def skipped_when_grading(nb) -> list[int]:
+    """Indexes of the cells grading skips (tagged :data:`judge.preprocessors.SKIP_TAG`)."""
+    return [i for i, c in enumerate(nb.cells) if SKIP_TAG in (c.metadata.get("tags") or [])]
+
+
+def run_all_nb(section: str, tmp_root: str):
+    """The instructor's notebook with the outputs of every cell: its autograded copy, or where grading skips
+    cells, the same notebook run top to bottom (authoring/run_all.py) beside the batch."""
+    course, *_ = graded(section, tmp_root)
+    path = _shared_folder(tmp_root) / f"{section}.run_all.ipynb"
+    return read_nb(path) if path.is_file() else course.autograded_nb(section, "instructor")
 
 
 def _submissions(spec, source, release):
@@ -172,6 +190,31 @@ def test_correct_variants_full_marks(section, tmp_root):
         assert not lost, {k: messages[k][-600:] for k in lost}
 
 
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
+def test_grading_skips_only_demonstrations(section, tmp_root):
+    """Cells tagged ``skip-when-grading`` are not run when grading and say so; every other cell runs without
+    an error (none needs a skipped one), and run top to bottom every cell does (authoring/run_all.py)."""
+    from judge.preprocessors import NOT_RUN
+
+    course, _, source, _, _ = graded(section, tmp_root)
+    skipped = skipped_when_grading(source)
+    graded_nb = course.autograded_nb(section, "instructor")
+    for i, cell in enumerate(graded_nb.cells):
+        if cell.cell_type != "code":
+            continue
+        text = cell_text(cell)
+        if i in skipped:
+            assert text.strip() == NOT_RUN.strip(), f"cell {i} is tagged {SKIP_TAG} but ran when grading: {text[:200]}"
+            assert not (cell.metadata.get("nbgrader") or {}), f"cell {i}: an nbgrader cell cannot be skipped"
+        else:
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            assert not errors, f"cell {i} failed when grading (does it need a skipped cell?): {errors[0].get('ename')}"
+    full = run_all_nb(section, tmp_root)
+    errors = [(i, o.get("ename")) for i, c in enumerate(full.cells) if c.cell_type == "code"
+              for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"run top to bottom, cells failed: {errors}"
+
+
 _DECIMAL = re.compile(r"(?<![\w.])-?\d+\.\d+(?![\w.])")
 
 
@@ -185,8 +228,7 @@ def _strip_math_and_code(text: str) -> str:
 @pytest.mark.parametrize("section", params(with_source(), quick_one=True))
 def test_prose_numbers_are_printed_by_code(section, tmp_root):
     """Every decimal number in the prose appears (to its printed precision) in some code output."""
-    course, *_ = graded(section, tmp_root)
-    nb = course.autograded_nb(section, "instructor")
+    nb = run_all_nb(section, tmp_root)
     printed = []
     for cell in nb.cells:
         if cell.cell_type == "code":
