@@ -3,10 +3,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from .checks import as_numpy
+
+
+def _plt():
+    """matplotlib.pyplot, imported when a plot is drawn: a grading kernel's setup cell imports this package and
+    should not pay for matplotlib (a quarter of its import time) when it draws nothing."""
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _to_numpy(w) -> np.ndarray:
@@ -30,7 +37,7 @@ def attention_heatmap(weights, keys: Sequence[str] | None = None, queries: Seque
     queries = list(queries) if queries is not None else (list(keys) if keys is not None and n_q == n_k else None)
     if ax is None:
         size = max(3.0, 0.45 * max(n_q, n_k) + 1.5)
-        _, ax = plt.subplots(figsize=(size + 1.0, size))
+        _, ax = _plt().subplots(figsize=(size + 1.0, size))
     im = ax.imshow(w, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(n_k))
     ax.set_yticks(range(n_q))
@@ -82,7 +89,7 @@ def block_diagram(batch: int = 2, seq: int = 5, d_model: int = 16, n_heads: int 
                  ("LayerNorm ln2", x)]
         skips = [(-1, 1), (2, 4)]
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 8.4))
+        _, ax = _plt().subplots(figsize=(6.4, 8.4))
     gap, h = 1.25, 0.8
     ys = [gap * (i + 1) for i in range(len(steps))]
     ax.text(0, 0, f"input x {x}", ha="center", va="center", fontsize=9)
@@ -125,7 +132,7 @@ class LiveCurves:
         self.baselines = dict(baselines or {})
         self.title, self.ylabel = title, ylabel
         if ax is None:
-            self.fig, self.ax = plt.subplots(figsize=(6.5, 3.6))
+            self.fig, self.ax = _plt().subplots(figsize=(6.5, 3.6))
         else:
             self.fig, self.ax = ax.figure, ax
         self.handle = None
@@ -134,7 +141,7 @@ class LiveCurves:
             from IPython.display import display
             if get_ipython() is not None:
                 self.handle = display(self.fig, display_id=True)
-                plt.close(self.fig)            # the handle shows it; no second copy at the end of the cell
+                _plt().close(self.fig)            # the handle shows it; no second copy at the end of the cell
         except ImportError:
             pass
 
