@@ -36,7 +36,7 @@ from .config import CourseError, duedate, late_plugin, ready
 from .gradebook import graded_students, merge_result
 from .kit import KitFutures, make_kit, submission_files
 from .outcome import section_report, why_not_graded
-from .state import load_state, save_state
+from .state import load_state, record_sandbox, save_state
 from .task import DEFAULT_TASK_TIMEOUT, grade_task, task_environment
 
 SCHEDULER_ENV = "ATTNCOURSE_DASK_SCHEDULER"
@@ -207,6 +207,8 @@ def run_tasks(client, root, todo, kit_futures, timeout, task_timeout, task_env, 
             "reason": why_not_graded(result), "seconds": result.get("seconds"),
             "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
         save_state(root, state)
+        if came_back and result.get("sandboxed") is not None:
+            record_sandbox(root, section, [student], result["sandboxed"], result.get("sandbox", ""))
         bar.update(1)
         bar.set_postfix(failed=failed)
     bar.close()

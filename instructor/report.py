@@ -30,12 +30,11 @@ from collections import defaultdict
 from pathlib import Path
 
 from judge.autograded import first_line, grade_cells
-from judge.sandbox import sandbox_status
 from judge.sanitize import csv_cell, plot_label
 
 from .config import CourseError, course_db, ready, resolve_sections
 from .outcome import section_report
-from .state import load_state
+from .state import graded_sandbox, load_state
 
 
 def check_faults(nb) -> list[str]:
@@ -72,7 +71,8 @@ def collect(root: Path, section: str) -> dict:
     sub = root / "submitted"
     students = sorted(p.name for p in sub.iterdir() if (p / section).is_dir()) if sub.is_dir() else []
     state = load_state(root)
-    rep = section_report(root, section, students, {}, state, db_url, course_id, *sandbox_status())
+    rep = section_report(root, section, students, {}, state, db_url, course_id,
+                         *graded_sandbox(root, section, students))   # as graded, not as this machine is now
     cells = _cells_of(root, section)
     checks = defaultdict(lambda: [0, 0])                 # check label -> [passed, total]
     mistakes = defaultdict(set)                          # cause -> students

@@ -14,6 +14,7 @@ from .config import CourseError, course_db, release_notebook
 from .gradebook import clear_autogrades, gradebook_scores
 from .outcome import classify_log, format_report, student_entry
 from .prescan import prescan
+from .state import record_sandbox
 
 
 CONFIG_FAILED = "Exception while loading config file"
@@ -80,6 +81,9 @@ def grade(section: str, root: Path, timeout: int | None = None, students=None, l
     for s in students:   # nbgrader could not grade it: its earlier scores must not stand (the Dask path's rule)
         if not (root / "autograded" / s / section / f"{section}.ipynb").is_file():
             clear_autogrades(*db, section, s)
+    record_sandbox(root, section, [s for s in students
+                                   if (root / "autograded" / s / section / f"{section}.ipynb").is_file()],
+                   sandboxed, sandbox_line)
     scores = gradebook_scores(*db, section) if students else {}
     for s in students:
         def why_missing(s=s):  # nbgrader could not grade it: grade it alone to learn why

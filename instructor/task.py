@@ -127,6 +127,7 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
     work = None
     try:
         sandboxed, line = sandbox_status()
+        out["sandboxed"], out["sandbox"] = sandboxed, line
         if sandboxed is None:   # this worker cannot sandbox its kernels: it grades nothing
             import socket
 

@@ -157,6 +157,14 @@ def test_no_grading_without_the_sandbox_unless_asked_by_name(tmp_path):
     assert "kernels NOT sandboxed (--unsandboxed" in p.stdout
     total = total_points(CORPUS_SECTION)
     assert [ln.split() for ln in p.stdout.splitlines() if ln.startswith("a ")] == [["a", f"{total:g}", "/", f"{total:g}"]], p.stdout
+    # the class report, made later on a machine whose sandbox works, says how the class WAS graded (it read
+    # "kernels sandboxed" when it asked the machine at report time)
+    from instructor.report import collect
+    from judge.sandbox import sandbox_status
+
+    assert sandbox_status()[0] is True
+    rep = collect(course.root, CORPUS_SECTION)["report"]
+    assert rep["sandboxed"] is False and "1 of 1 graded submissions NOT sandboxed" in rep["sandbox"], rep["sandbox"]
 
 
 def test_a_symlinked_venv_runs_sandboxed(tmp_path):
