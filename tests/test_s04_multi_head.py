@@ -39,3 +39,34 @@ def test_one_new_token_needs_no_mask():
 def test_gpt2_small_layer_weights_take_48_mib():
     w = torch.empty(1, 12, 1024, 1024)
     assert w.nelement() * w.element_size() / 2**20 == 48
+
+
+def test_split_merge_attention_matches_nn_multihead_and_only_the_bugs_leak():
+    """The notebook's leak measurement: the correct SplitMergeAttention is nn.MultiheadAttention's computation,
+    no position moves when a later token changes; both reshape bugs move an earlier position."""
+    from attncourse.teach.heads import SplitMergeAttention, causal_mask, future_leak
+
+    torch.manual_seed(0)
+    ours = SplitMergeAttention(16, 4)
+    theirs = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(ours.qkv.weight)
+        theirs.in_proj_bias.copy_(ours.qkv.bias)
+        theirs.out_proj.weight.copy_(ours.out.weight)
+        theirs.out_proj.bias.copy_(ours.out.bias)
+        x = torch.randn(2, 8, 16)
+        assert torch.allclose(ours(x, causal_mask(8)), theirs(x, x, x, attn_mask=~causal_mask(8))[0], atol=1e-5)
+    assert future_leak(ours, T=8, changed=5)[:5].max() == 0
+    for bug in ("split", "merge"):
+        buggy = SplitMergeAttention(16, 4, bug)
+        buggy.load_state_dict(ours.state_dict())
+        assert future_leak(buggy, T=8, changed=5)[:5].max() > 1e-3, bug
+
+
+def test_one_thread_restores_the_thread_count():
+    from attncourse.teach.heads import one_thread
+
+    before = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

@@ -1,1 +1,2 @@
-"""What the notebooks use to teach: plots, ``compare``, seeding, devices, offline model loading, the probe."""
+"""What the notebooks use to teach: plots, ``compare``, seeding, devices, offline model loading, the probe, the
+small models that sections 04 (``heads``: the split/merge bug measured) and 09 (``gpt``) train."""
