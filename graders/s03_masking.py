@@ -26,9 +26,8 @@ def _causal(body):
     return f"def causal_mask(T, device=None):\n    {body}\n"
 
 
-# causal_mask(T, device) builds its tensor from nothing: the build step cannot store a
-# reference output made on the meta device, so its device argument is exercised in a
-# visible check and the fixed-device mistake is graded in combined_mask / padding_mask.
+# causal_mask(T, device) builds its tensor from nothing: its `meta` case passes the case's own device
+# ("$device": meta in the kernel, the CPU for the reference), so a mask that ignores `device` is graded.
 CAUSAL = Exercise(
     name="causal_mask", cell="causal_mask", reference=CAUSAL_REF,
     mistakes=[
@@ -43,6 +42,9 @@ CAUSAL = Exercise(
                 "'blocked'.", _causal("return ~torch.ones(T, T, dtype=torch.bool, device=device).tril()")),
         Mistake("all_true", "nothing is blocked: keep only the lower triangle with .tril().",
                 _causal("return torch.ones(T, T, dtype=torch.bool, device=device)")),
+        Mistake("ignores_device", "the device argument is ignored: the mask is created on the default device; "
+                "create it directly on `device`.", _causal("return torch.ones(T, T, dtype=torch.bool).tril()"),
+                shows="created on a fixed device"),
     ],
     variants=[
         Variant("arange", '''
@@ -59,6 +61,8 @@ def causal_mask(T, device=None):
         Case("T5", "T = 5", args=(5,), labels=["mask"]),
         Case("T1", "T = 1", args=(1,), labels=["mask"]),
         Case("device_kw", "T = 7 with device='cpu'", args=(7,), kwargs={"device": "cpu"}, labels=["mask"]),
+        Case("meta", "T = 6 with device='meta'", device="meta", args=(6,), kwargs={"device": "$device"},
+             labels=["mask"]),
     ],
 )
 
