@@ -338,6 +338,13 @@ def _build_module(cls, spec, dtype, device):
         if T.str_(device) != "meta":
             with T.t_no_grad():
                 T.tensor_copy_(p, value)
+    if spec.params:
+        # The hidden tests load their weights into exactly the contract's names: a parameter beyond them (a
+        # bias the contract leaves out) would keep its random initial values.
+        extra, exc = call_guarded(lambda: [n for n, _ in T.Module_named_parameters(module) if n not in spec.params])
+        if exc is None and extra:
+            return None, (f"the module has parameters the contract does not name: {', '.join(extra[:4])} (a bias "
+                          "the contract leaves out? e.g. nn.Linear(..., bias=False))")
     if T.str_(device) != "meta":
         module, exc = call_guarded(T.Module_to, module, device)
         if exc is not None:
