@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attncourse.protocol.cases import StoredCase
+from attncourse.protocol.cases import DEVICE_ARG, StoredCase
 from graders import available_sections, load_section
 from graders.spec import COURSE, PRELUDE, Case, Exercise
 
@@ -73,6 +73,8 @@ def _rounded(v, dtype, api, context):
         if v.is_floating_point():
             v = v.to(dtype).to(torch.float64)
         return v.numpy().copy() if api == "numpy" else v.clone()
+    if isinstance(v, str) and v == DEVICE_ARG:     # the reference runs on the CPU
+        return torch.device("cpu")
     if isinstance(v, str) and v.startswith("$ctx:"):
         return context[v[5:]]
     if isinstance(v, list):

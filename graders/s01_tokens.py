@@ -4,8 +4,7 @@ Exercises: ``build_vocab``, ``encode``, ``decode``, ``pad_batch``, ``embed``.
 The notebook gives ``tokenize`` (lowercase, split on whitespace) and the
 special tokens ``[PAD]`` (id 0) and ``[UNK]`` (id 1) in a locked cell.
 
-Every exercise has the same number of mistakes and of variants (the gate test
-injects the k-th entry of every exercise into one submission).
+The gate test injects the k-th mistake (and variant) of every exercise into one submission.
 """
 import torch
 
@@ -227,6 +226,15 @@ def pad_batch(seqs, pad_id=0):
     padded = torch.tensor([list(s) + [pad_id] * (L - len(s)) for s in seqs])
     return padded, [len(s) for s in seqs]
 ''', shows="should be a torch.Tensor"),
+        Mistake("float_ids", "the padded ids are floats; token ids are integers (dtype=torch.long): they index "
+                "the embedding table.", '''
+def pad_batch(seqs, pad_id=0):
+    L = max(len(s) for s in seqs)
+    padded = torch.zeros(len(seqs), L) + pad_id
+    for b, s in enumerate(seqs):
+        padded[b, :len(s)] = torch.tensor(s)
+    return padded, torch.tensor([len(s) for s in seqs])
+''', shows="should be a torch.int64 tensor"),
     ],
     variants=[
         Variant("pad_sequence", '''

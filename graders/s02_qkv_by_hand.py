@@ -4,9 +4,8 @@ Exercises: the NumPy ``softmax``; the PyTorch ``scaled_dot_product_attention``;
 the ``SelfAttention`` module; four hand-computed values of a new 3-token
 example (``scores_hand``, ``scaled_hand``, ``weights_hand``, ``output_hand``).
 
-Every exercise has the same number of known mistakes and of correct variants:
-the gate test injects the k-th mistake (variant) of *every* exercise into one
-submission, so an exercise without a k-th entry would be graded as a blank stub.
+The gate test injects the k-th mistake (variant) of *every* exercise into one
+submission; an exercise without a k-th entry keeps its solution in that round.
 """
 import torch
 
@@ -294,6 +293,9 @@ SELF_ATTENTION = Exercise(
             "        if mask is not None:\n",
             "        if mask is None:\n            mask = torch.ones(x.shape[-2], x.shape[-2], dtype=torch.bool)\n"
             "        if mask is not None:\n"), shows="created on a fixed device"),
+        Mistake("with_bias", "the projections have biases: the contract's W_q, W_k and W_v are "
+                "nn.Linear(d_model, d_k, bias=False).", patch(SA_REF, "d_k, bias=False)", "d_k)"),
+                shows="the contract does not name"),
     ],
     variants=[
         Variant("torch_sdpa", '''

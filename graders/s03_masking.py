@@ -7,8 +7,7 @@ Convention (the course's contract): a mask is bool or 0/1, True/1 = "may
 attend", broadcastable to the scores (..., T_q, T_k).  Blocked scores become
 -inf before the softmax, and a row with no allowed key gets all-zero weights.
 
-Every exercise has the same number of mistakes and of variants (the gate test
-injects the k-th entry of every exercise into one submission).
+The gate test injects the k-th mistake (and variant) of every exercise into one submission.
 """
 import torch
 
@@ -26,9 +25,8 @@ def _causal(body):
     return f"def causal_mask(T, device=None):\n    {body}\n"
 
 
-# causal_mask(T, device) builds its tensor from nothing: the build step cannot store a
-# reference output made on the meta device, so its device argument is exercised in a
-# visible check and the fixed-device mistake is graded in combined_mask / padding_mask.
+# causal_mask(T, device) builds its tensor from nothing: its `meta` case passes the case's own device
+# ("$device": meta in the kernel, the CPU for the reference), so a mask that ignores `device` is graded.
 CAUSAL = Exercise(
     name="causal_mask", cell="causal_mask", reference=CAUSAL_REF,
     mistakes=[
@@ -43,6 +41,12 @@ CAUSAL = Exercise(
                 "'blocked'.", _causal("return ~torch.ones(T, T, dtype=torch.bool, device=device).tril()")),
         Mistake("all_true", "nothing is blocked: keep only the lower triangle with .tril().",
                 _causal("return torch.ones(T, T, dtype=torch.bool, device=device)")),
+        Mistake("ignores_device", "the device argument is ignored: the mask is created on the default device; "
+                "create it directly on `device`.", _causal("return torch.ones(T, T, dtype=torch.bool).tril()"),
+                shows="created on a fixed device"),
+        Mistake("float_mask", "the mask is a float tensor of 1.0/0.0; the contract is a bool tensor (True = may "
+                "attend).", _causal("return torch.ones(T, T, device=device).tril()"),
+                shows="should be a torch.bool tensor"),
     ],
     variants=[
         Variant("arange", '''
@@ -59,6 +63,8 @@ def causal_mask(T, device=None):
         Case("T5", "T = 5", args=(5,), labels=["mask"]),
         Case("T1", "T = 1", args=(1,), labels=["mask"]),
         Case("device_kw", "T = 7 with device='cpu'", args=(7,), kwargs={"device": "cpu"}, labels=["mask"]),
+        Case("meta", "T = 6 with device='meta'", device="meta", args=(6,), kwargs={"device": "$device"},
+             labels=["mask"]),
     ],
 )
 
@@ -85,6 +91,10 @@ PADDING = Exercise(
         Mistake("fixed_device", "the positions are created on a fixed device.",
                 patch(PAD_REF, "torch.arange(max_len, device=lengths.device)", "torch.arange(max_len)"),
                 shows="created on a fixed device"),
+        Mistake("long_mask", "the mask holds 0/1 integers; the contract is a bool tensor (True = real token).",
+                patch(PAD_REF, "return positions[None, :] < lengths[:, None]",
+                      "return (positions[None, :] < lengths[:, None]).long()"),
+                shows="should be a torch.bool tensor"),
     ],
     variants=[
         Variant("expand", '''
@@ -130,6 +140,10 @@ def combined_mask(lengths, T):
     real = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]
     return causal[None] & real[:, None, :]
 ''', shows="created on a fixed device"),
+        Mistake("float_mask", "the mask is a float tensor of 1.0/0.0; the contract is a bool tensor (True = may "
+                "attend).", patch(COMBINED_REF, "return causal[None, :, :] & real[:, None, :]",
+                                  "return (causal[None, :, :] & real[:, None, :]).float()"),
+                shows="should be a torch.bool tensor"),
     ],
     variants=[
         Variant("tril_and_loop", '''

@@ -96,14 +96,26 @@ def expected_device(spec: StoredCase) -> str | None:
     return spec.device
 
 
+class Exact(np.ndarray):
+    """The float64 values of a stored bool or integer tensor, with its dtype (``torch_dtype``): a torch answer
+    must have that very dtype (a mask is bool, token ids are int64), which values alone cannot show."""
+
+    torch_dtype: str | None = None
+
+
 def plain(obj):
-    """Stored reference structure -> plain python/numpy (float64 ndarrays)."""
+    """Stored reference structure -> plain python/numpy (float64 ndarrays; :class:`Exact` for bool/int tensors)."""
     import torch
 
     from attncourse.teach.checks import as_numpy
 
     if isinstance(obj, torch.Tensor):
-        return as_numpy(obj)
+        arr = as_numpy(obj)
+        if obj.is_floating_point() or obj.is_complex():
+            return arr
+        arr = arr.view(Exact)
+        arr.torch_dtype = str(obj.dtype)
+        return arr
     if isinstance(obj, list):
         return [plain(v) for v in obj]
     if isinstance(obj, tuple):
@@ -281,7 +293,10 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
                 return problem(f"{name} is on device '{g.device}' but the input was on '{cmp.device}'",
                                "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
                                "the input's device."), None
-            if cmp.dtype is not None and g.is_float and g.dtype != cmp.dtype:
+            exact = getattr(e, "torch_dtype", None)
+            if exact is not None and g.dtype != exact:
+                return f"{name} should be a {exact} tensor, got {g.dtype}", None
+            if exact is None and cmp.dtype is not None and g.is_float and g.dtype != cmp.dtype:
                 return problem(f"{name} has dtype {g.dtype} but the input was {cmp.dtype}", "a tensor "
                                "is created with a fixed dtype (e.g. torch.tensor(...) or float32 constants); keep "
                                "the input's dtype."), None

@@ -184,3 +184,24 @@ def softmax(x, axis=-1):
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 ''') == ""
+
+
+def _mask_verdict(code):
+    """The judge's words for a causal_mask answer on 03's 'meta' case (device="$device": the case's own)."""
+    from graders import load_section
+    from authoring.references import define
+
+    ex = load_section("03_masking").exercise("causal_mask")
+    src = 'GRADER.check("causal_mask", "meta", f)\n'
+    cell = _cell(src, _records("03_masking", [("causal_mask", "meta")], define(ex, code)))
+    judge_cell(cell, check_calls(src), _data("03_masking")[0])
+    return " ".join(o.evalue for o in cell.outputs if o.output_type == "error")
+
+
+def test_a_device_argument_and_an_exact_dtype_are_graded():
+    """What only visible checks asserted is graded: a mask made on the default device instead of the one asked
+    for, and a float mask where the contract (and the reference) is bool."""
+    ref = "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool, device=device).tril()\n"
+    assert _mask_verdict(ref) == ""
+    assert "created on a fixed device" in _mask_verdict(ref.replace(", device=device", ""))
+    assert "should be a torch.bool tensor, got torch.float32" in _mask_verdict(ref.replace("dtype=torch.bool", "dtype=torch.float32"))

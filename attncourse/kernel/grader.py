@@ -31,7 +31,7 @@ from __future__ import annotations
 import os as _os
 from pathlib import Path as _Path
 
-from ..protocol.cases import INPUTS_FILE, StoredCase, label as _label
+from ..protocol.cases import DEVICE_ARG, INPUTS_FILE, StoredCase, label as _label
 from ..protocol.records import MIME, VERSION
 from ..teach.devices import best_device as _best_device
 from . import trusted as T
@@ -267,6 +267,8 @@ def _materialise(value, dtype, device, cast, context, api="torch"):
         if T.str_(device) == "meta":
             return T.t_empty(T.tuple_(T.t_shape(value)), dtype=target, device="meta")
         return T.t_to(T.t_clone(value), device, target)
+    if T.type_(value) is T.str_ and value == DEVICE_ARG:   # the case's device, for a `device=` argument
+        return device
     if T.type_(value) is T.str_ and value.startswith("$ctx:"):
         name = value[5:]
         if name not in context:
@@ -336,6 +338,13 @@ def _build_module(cls, spec, dtype, device):
         if T.str_(device) != "meta":
             with T.t_no_grad():
                 T.tensor_copy_(p, value)
+    if spec.params:
+        # The hidden tests load their weights into exactly the contract's names: a parameter beyond them (a
+        # bias the contract leaves out) would keep its random initial values.
+        extra, exc = call_guarded(lambda: [n for n, _ in T.Module_named_parameters(module) if n not in spec.params])
+        if exc is None and extra:
+            return None, (f"the module has parameters the contract does not name: {', '.join(extra[:4])} (a bias "
+                          "the contract leaves out? e.g. nn.Linear(..., bias=False))")
     if T.str_(device) != "meta":
         module, exc = call_guarded(T.Module_to, module, device)
         if exc is not None:

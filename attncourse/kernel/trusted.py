@@ -62,6 +62,7 @@ torch_load = _torch.load
 Module_to = _torch.nn.Module.to
 Module_eval = _torch.nn.Module.eval
 Module_get_parameter = _torch.nn.Module.get_parameter
+Module_named_parameters = _torch.nn.Module.named_parameters
 Module_call = _torch.nn.Module.__call__
 tensor_copy_ = _torch._C.TensorBase.copy_
 catch_warnings = _warnings.catch_warnings

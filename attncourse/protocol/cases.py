@@ -15,6 +15,10 @@ from typing import Any
 # its presence is what tells the kernel's Grader that an autograder is judging.
 INPUTS_FILE = ".attncourse-inputs.pt"
 SECRET = ("expected", "mistakes", "hint")
+# An argument stored as this string is the case's own device when the kernel runs it (``cpu``, the best
+# accelerator or ``meta``) and the CPU when the build runs the reference: how a function that creates its
+# output from nothing (``causal_mask(T, device=...)``) is graded on the device it was asked for.
+DEVICE_ARG = "$device"
 
 
 @dataclass(kw_only=True)
@@ -31,7 +35,8 @@ class StoredCase:
     (invariants of the output named by ``labels``, see :mod:`judge.verdict`).
     ``device`` is ``cpu``, ``best`` (the best accelerator present) or ``meta``; ``api`` is
     ``torch`` (outputs must be exact tensors on the input's device and dtype), ``numpy`` or
-    ``any``.  Fields that are ``None`` are absent from the stored form.
+    ``any``.  An argument :data:`DEVICE_ARG` is the case's device.  Fields that are ``None`` are absent
+    from the stored form.
     """
 
     kind: str = "call"
