@@ -185,7 +185,9 @@ def _class(tmp_path, monkeypatch, trick: bool, visible_error: str | None = None)
     monkeypatch.setattr(outcome, "release_notebook", lambda *a: None)
     monkeypatch.setattr(outcome, "release_points", lambda *a: 2.0)
     monkeypatch.setattr(report, "course_db", lambda root: ("sqlite://", "course"))
-    monkeypatch.setattr(report, "sandbox_status", lambda: (True, "sandboxed"))
+    from instructor.state import record_sandbox
+
+    record_sandbox(root, SECTION, STUDENTS, True, "sandboxed")   # what ./course grade records
     monkeypatch.setattr(report, "_cells_of", lambda root, section: [
         {"cell": "test_sdpa", "points": 2.0, "kind": "hidden", "exercise": "scaled_dot_product_attention"}])
     return root
