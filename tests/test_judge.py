@@ -151,16 +151,21 @@ def test_a_record_claiming_another_device_is_refused():
     assert errors and "tampering suspected" in errors[0].evalue
 
 
-def _softmax_verdict(code):
-    """The judge's words for a softmax answer on 02's 'large' case (scores around 1000)."""
+def _words(section, exercise, case, code):
+    """The judge's words for ``code`` (a solution cell) on one hidden case of ``section``'s ``exercise``."""
     from graders import load_section
     from authoring.references import define
 
-    ex = load_section("02_qkv_by_hand").exercise("softmax")
-    src = 'GRADER.check("softmax", "large", f)\n'
-    cell = _cell(src, _records("02_qkv_by_hand", [("softmax", "large")], define(ex, code)))
-    judge_cell(cell, check_calls(src), _data("02_qkv_by_hand")[0])
+    ex = load_section(section).exercise(exercise)
+    src = f'GRADER.check("{exercise}", "{case}", f)\n'
+    cell = _cell(src, _records(section, [(exercise, case)], define(ex, code)))
+    judge_cell(cell, check_calls(src), _data(section)[0])
     return " ".join(o.evalue for o in cell.outputs if o.output_type == "error")
+
+
+def _softmax_verdict(code):
+    """02's softmax on its 'large' case (scores around 1000)."""
+    return _words("02_qkv_by_hand", "softmax", "large", code)
 
 
 def test_nan_from_a_catalogued_mistake_is_named_and_other_nan_gets_the_general_causes():
@@ -187,15 +192,8 @@ def softmax(x, axis=-1):
 
 
 def _mask_verdict(code):
-    """The judge's words for a causal_mask answer on 03's 'meta' case (device="$device": the case's own)."""
-    from graders import load_section
-    from authoring.references import define
-
-    ex = load_section("03_masking").exercise("causal_mask")
-    src = 'GRADER.check("causal_mask", "meta", f)\n'
-    cell = _cell(src, _records("03_masking", [("causal_mask", "meta")], define(ex, code)))
-    judge_cell(cell, check_calls(src), _data("03_masking")[0])
-    return " ".join(o.evalue for o in cell.outputs if o.output_type == "error")
+    """03's causal_mask on its 'meta' case (device="$device": the case's own)."""
+    return _words("03_masking", "causal_mask", "meta", code)
 
 
 def test_a_device_argument_and_an_exact_dtype_are_graded():
