@@ -20,6 +20,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# - torch's OpenMP threads sleep instead of spinning while they wait: kernels grading side by side share the
+#   cores (bench/omp_wait.py: 3 processes on 2 cores, 180-240 s each spinning vs 5 s sleeping; no result changes).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 c = get_config()  # noqa: F821
 

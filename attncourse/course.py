@@ -59,5 +59,9 @@ def grading_env(keep=(), extra=None) -> dict:
            if not k.startswith(("JPY_", "JUPYTER_")) and (not k.startswith("ATTNCOURSE_") or k in keep)}
     env["PATH"] = with_python_bin(env.get("PATH", ""))
     env.update({"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    # Kernels that grade side by side (Dask workers, a busy machine) share the cores: torch's OpenMP threads
+    # must sleep, not spin, while they wait (bench/omp_wait.py: 3 processes on 2 cores, 230 s each spinning
+    # vs 5 s sleeping). The wait policy changes no result (the same threads split the same work).
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env.update(extra or {})
     return env
