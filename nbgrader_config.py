@@ -91,9 +91,7 @@ from nbgrader.preprocessors import (
 
 from judge.nbgrader_hooks import install as install_link_guards
 from judge.preprocessors import IsolatedExecute, JudgeRecords
-from judge.sandbox import configure_nbgrader
 
-configure_nbgrader(c, ROOT)
 install_link_guards()   # nbgrader never follows a link a student put in a submission
 c.IsolatedExecute.course_root = str(ROOT)
 c.JudgeRecords.course_root = str(ROOT)

@@ -48,6 +48,7 @@ from traitlets import Unicode
 from attncourse.protocol.calls import check_calls
 from attncourse.protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
 from .autograded import KEY, SCHEMA, first_line
+from .kernels import SandboxedKernelManager
 from .output_caps import RESOURCES_KEY, OutputCaps
 from .verdict import judge_record
 from attncourse.protocol.records import MIME
@@ -99,6 +100,12 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
     course_root = Unicode("", help="the course folder holding graders/data (set by nbgrader_config.py)").tag(config=True)
     skip_cells_with_tag = Unicode(SKIP_TAG, help="cells with this tag are not run when grading (nbclient's "
                                   "skip_cells_with_tag); an nbgrader cell always runs, whatever its tags").tag(config=True)
+
+    def __init__(self, *args, **kwargs):
+        # every kernel starts sandboxed, through nbclient's own setting (nbgrader's Execute defaults it to
+        # jupyter_client's AsyncKernelManager)
+        kwargs.setdefault("kernel_manager_class", SandboxedKernelManager)
+        super().__init__(*args, **kwargs)
 
     def preprocess(self, nb, resources=None, km=None):
         import torch

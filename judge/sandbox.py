@@ -1,7 +1,8 @@
 """How grading kernels are launched: resource limits and a bubblewrap sandbox, required unless turned off by name.
 
-``nbgrader_config.py`` calls :func:`configure_nbgrader`, which makes nbgrader's
-``Execute`` preprocessor start every kernel through this file run as a script::
+nbgrader's ``Execute`` preprocessor, as the course runs it (:class:`judge.preprocessors.IsolatedExecute`, whose
+kernel manager is :class:`judge.kernels.SandboxedKernelManager`), starts every kernel through this file run as
+a script::
 
     python judge/sandbox.py --mem-mb 4096 --tmp-mb 256 [--bwrap --bind-rw DIR] -- <kernel command>
 
@@ -61,7 +62,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import weakref
 
 MEM_ENV = "ATTNCOURSE_KERNEL_MEM_MB"
 TMP_ENV = "ATTNCOURSE_KERNEL_TMP_MB"
@@ -499,63 +499,6 @@ def sandbox_status(env=None) -> tuple[bool | None, str]:
     if m == "self":
         return False, f"kernels not sandboxed on this machine ({why}); this is your own check of your own work"
     return None, REFUSED.format(why=why)
-
-
-def configure_nbgrader(c, root):
-    """Make nbgrader's Execute preprocessor start kernels through the launcher (limits, sandbox)."""
-    try:
-        import nbgrader.preprocessors.execute as nbexec
-        from jupyter_client.manager import AsyncKernelManager
-    except ImportError:  # pragma: no cover - config loaded outside nbgrader
-        return
-    if getattr(nbexec.AsyncKernelManager, "_attncourse", False):
-        return
-    class LimitedKernelManager(AsyncKernelManager):
-        _attncourse = True
-
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            # read at every kernel start: a Dask worker grades for several runs, each with its own settings
-            self._sandboxed, self._line = sandbox_status()
-            self._mem_mb, self._tmp_mb = _int_env(MEM_ENV, DEFAULT_MEM_MB), _int_env(TMP_ENV, DEFAULT_TMP_MB)
-            if self._sandboxed is not None and (self._sandboxed or os.environ.get(IPC_ENV, "1") != "0"):
-                # unix sockets: the sandbox has its own network namespace, and kernels started in parallel
-                # (./course grade on Dask) never race for the same free TCP port
-                self._ipc_dir = tempfile.mkdtemp(prefix="attncourse-kernel-")
-                # removed when the kernel stops (below), and in any case when this manager is gone (a kernel
-                # that died or never started skips the cleanup)
-                weakref.finalize(self, shutil.rmtree, self._ipc_dir, True)
-                self.transport = "ipc"
-                self.ip = os.path.join(self._ipc_dir, "k")
-                self.connection_file = os.path.join(self._ipc_dir, "connection.json")
-
-        async def _async_cleanup_resources(self, restart: bool = False) -> None:
-            await super()._async_cleanup_resources(restart=restart)
-            if not restart and getattr(self, "_ipc_dir", None):
-                shutil.rmtree(self._ipc_dir, ignore_errors=True)  # the sockets' folder, once the kernel is gone
-
-        @property
-        def kernel_spec(self):
-            spec = super().kernel_spec
-            if getattr(self, "_sandboxed", None) and spec is not None:
-                # a SIGINT sent from outside does not reach a kernel inside bwrap's PID namespace:
-                # interrupt it (nbgrader's cell timeout) with a message on its control channel instead
-                spec.interrupt_mode = "message"
-            return spec
-
-        def format_kernel_cmd(self, extra_arguments=None):
-            cmd = super().format_kernel_cmd(extra_arguments)
-            if self._sandboxed is None:
-                # nbgrader carries on without a config file that raises: refuse to start the kernel instead
-                print(self._line, file=sys.stderr)
-                return [sys.executable, "-c", f"raise SystemExit({self._line!r})"]
-            wrap = [sys.executable, os.path.abspath(__file__), "--mem-mb", str(self._mem_mb),
-                    "--tmp-mb", str(self._tmp_mb)]
-            if self._sandboxed:
-                wrap += ["--bwrap", "--bind-rw", self._ipc_dir]
-            return wrap + ["--"] + cmd
-
-    nbexec.AsyncKernelManager = LimitedKernelManager
 
 
 if __name__ == "__main__":
