@@ -241,7 +241,7 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     from instructor.config import course_db, duedate, late_plugin
     from instructor.gradebook import merge_result
     from instructor.kit import make_kit, submission_files
-    from instructor.task import grade_task, task_environment
+    from instructor.task import TaskSettings, grade_task, task_environment
 
     course = _copy(template, template.parent / f"breakdown-{section}")
     db_url, course_id = course_db(course)
@@ -281,7 +281,7 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
             files = submission_files(course, student, section)
             row = defaultdict(float) if i else None          # the first run is the warm-up
             t = time.perf_counter()
-            result = grade_task(kit, student, files, due, CELL_TIMEOUT, env=task_env)
+            result = grade_task(kit, student, files, due, TaskSettings(CELL_TIMEOUT, env=task_env))
             total = time.perf_counter() - t
             if row is None:
                 continue

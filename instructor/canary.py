@@ -11,6 +11,7 @@ the first error of the solution's notebook (its setup cell's).
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 import time
@@ -143,15 +144,16 @@ def serial(root, sections, timeout: int | None = None, extra_env: dict | None = 
     refuse(problems)
 
 
-def dask(client, root, sections, kit_futures, timeout, task_timeout, task_env, log=print):
+def dask(client, root, sections, kit_futures, settings, log=print):
     """The canary of the Dask path: the same tasks as the class (:func:`instructor.task.grade_task`), all sections'
     canaries at once, before any student's."""
     from .task import grade_task
 
     t0 = time.time()
     subs = {section: submissions(root, section) for section in sections}
-    futures = {(section, s): client.submit(grade_task, kit_futures.get(section), s, files, None, timeout,
-                                           task_timeout, task_env, False, pure=False,
+    canary_settings = dataclasses.replace(settings, feedback=False)
+    futures = {(section, s): client.submit(grade_task, kit_futures.get(section), s, files, None, canary_settings,
+                                           pure=False,
                                            key=f"canary-{section}-{s}-{os.urandom(4).hex()}")
                for section in sections for s, files in subs[section].items()}
     outcomes: dict = {section: {} for section in sections}

@@ -25,21 +25,35 @@ import contextlib
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from attncourse.course import with_python_bin
 from judge.sandbox import sandbox_status
 from judge.scratch import tree_hash
 
 from . import canary as canaries
-from .config import CourseError, duedate, late_plugin, ready
+from .config import CourseError, duedate, late_plugin, ready, release_notebook, submitted_students
 from .gradebook import graded_students, merge_result
 from .kit import KitFutures, make_kit, submission_files
 from .outcome import section_report, why_not_graded
+from .prescan import prescan_class
 from .state import load_state, record_sandbox, save_state
-from .task import DEFAULT_TASK_TIMEOUT, grade_task, task_environment
+from .task import DEFAULT_TASK_TIMEOUT, TaskSettings, grade_task, task_environment
 
 SCHEDULER_ENV = "ATTNCOURSE_DASK_SCHEDULER"
+
+
+@dataclass(frozen=True)
+class ClassRun:
+    """One ``./course grade`` run on Dask: where its results go and how its tasks grade."""
+    root: Path
+    settings: TaskSettings
+    db_url: str
+    course_id: str
+    late: object                 # nbgrader's late-submission plugin (instructor.config.late_plugin)
+    log: Callable = print
 
 
 def quiet() -> bool:
@@ -90,14 +104,13 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     if sandboxed is None:
         raise CourseError(sandbox_line)
     state = {} if force else load_state(root)
-    todo, kits, all_students = [], {}, {}
+    todo, kits, all_students, pre = [], {}, {}, {}
     for section in sections:
-        subdir = root / "submitted"
-        names = sorted(p.name for p in subdir.iterdir() if (p / section).is_dir()) if subdir.is_dir() else []
-        names = [s for s in names if not students or s in students]
+        names = submitted_students(root, section, students)
         all_students[section] = names
         if not names:
             continue
+        pre[section] = prescan_class(root, section, names, release_notebook(root, section))   # before any kernel
         kits[section] = make_kit(root, section)
         due = duedate(db_url, course_id, section)
         have = graded_students(db_url, course_id, section)
@@ -109,32 +122,32 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
                 continue
             todo.append((section, s, files, due))
     results: dict = {sec: {} for sec in sections}
-    late = late_plugin(root)
+    run = ClassRun(root, TaskSettings(timeout, task_timeout, task_env, feedback), db_url, course_id,
+                   late_plugin(root), log)
     if todo:
         ctx = contextlib.nullcontext(client) if client is not None else cluster(workers, scheduler, log)
         with ctx as cl:
             kit_futures = KitFutures(cl, kits)
             if canary:
                 canaries.dask(cl, root, sorted({item[0] for item in todo}, key=sections.index), kit_futures,
-                              timeout, task_timeout, task_env, log)
-            run_tasks(cl, root, todo, kit_futures, timeout, task_timeout, task_env, feedback, db_url, course_id,
-                      late, state, results, log)
+                              run.settings, log)
+            run_tasks(cl, run, todo, kit_futures, state, results)
     reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
-                                          db_url, course_id, sandboxed, sandbox_line)
+                                          db_url, course_id, sandboxed, sandbox_line, pre.get(section))
         reports[section]["graded_now"] = sorted(results[section])
         reports[section]["seconds"] = elapsed   # the whole run's, all sections together
         reports[section]["run"] = {"sections": len(sections), "submissions": sum(len(all_students[x]) for x in sections)}
     return reports
 
 
-def run_tasks(client, root, todo, kit_futures, timeout, task_timeout, task_env, feedback, db_url, course_id, late,
-              state, results, log):
+def run_tasks(client, run: ClassRun, todo, kit_futures, state, results):
     """Submit the tasks (one in flight per worker thread), merge each result as it arrives, keep the state."""
     from distributed import as_completed
     from tqdm import tqdm
 
+    root, log = run.root, run.log
     silent = quiet()
     link = getattr(client, "dashboard_link", None) or "none (the scheduler serves no dashboard)"
     try:
@@ -148,8 +161,8 @@ def run_tasks(client, root, todo, kit_futures, timeout, task_timeout, task_env, 
 
     def submit(item):
         section, student, files, due = item
-        fut = client.submit(grade_task, kit_futures.get(section), student, files, due, timeout, task_timeout,
-                            task_env, feedback, pure=False, key=f"grade-{section}-{student}-{os.urandom(4).hex()}")
+        fut = client.submit(grade_task, kit_futures.get(section), student, files, due, run.settings,
+                            pure=False, key=f"grade-{section}-{student}-{os.urandom(4).hex()}")
         args[fut.key] = item
         return fut
 
@@ -193,7 +206,7 @@ def run_tasks(client, root, todo, kit_futures, timeout, task_timeout, task_env, 
             fut.release()
         fill()
         try:
-            merge_result(root, db_url, course_id, result, late)
+            merge_result(root, run.db_url, run.course_id, result, run.late)
         except Exception as exc:  # noqa: BLE001
             result["faults"].append(f"could not write into the gradebook: {type(exc).__name__}: {exc}")
         if not result.get("success") or result.get("faults"):

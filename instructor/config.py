@@ -10,6 +10,15 @@ class CourseError(RuntimeError):
     """The course is not ready to be graded (what to run instead is in the message)."""
 
 
+def submitted_students(root: Path, section: str, only=None) -> list:
+    """Who submitted ``section``: the names under ``submitted/`` with a ``<section>`` entry, sorted (the one
+    listing every grading path and the report use).  ``only``: keep these names.  An entry that is a link is
+    listed: the prescan refuses it by name (instructor/prescan.py), it is never skipped in silence."""
+    sub = Path(root) / "submitted"
+    names = sorted(p.name for p in sub.iterdir() if (p / section).is_dir()) if sub.is_dir() else []
+    return [s for s in names if not only or s in only]
+
+
 def load_config(folder: Path):
     """nbgrader_config.py of ``folder``, loaded the way nbgrader loads it."""
     from traitlets.config.loader import PyFileConfigLoader
@@ -103,9 +112,7 @@ def resolve_sections(names, root: Path) -> list:
     out = []
     for name in names:
         if name == "all":
-            sub = Path(root) / "submitted"
-            have = {p.name for st in sub.iterdir() if st.is_dir() for p in st.iterdir()} if sub.is_dir() else set()
-            out += [s for s in SECTIONS if s in have]
+            out += [s for s in SECTIONS if submitted_students(root, s)]
         else:
             try:
                 out.append(resolve_section(name))

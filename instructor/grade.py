@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import canary
 from .cluster import grade_class
-from .config import CourseError, ready, resolve_sections
+from .config import CourseError, ready, resolve_sections, submitted_students
 from .outcome import format_report
 from .serial import grade
 from .task import DEFAULT_TASK_TIMEOUT
@@ -58,7 +58,7 @@ def main(argv=None, prog: str = "./course grade"):
         sections = resolve_sections(args.sections, root)
         if args.serial:
             ready(root, sections)   # grade_class checks the same itself
-            canary.serial(root, [s for s in sections if has_submissions(root, s, args.student)], args.timeout)
+            canary.serial(root, [s for s in sections if submitted_students(root, s, args.student)], args.timeout)
             reports = {sec: grade(sec, root, args.timeout, args.student) for sec in sections}
         else:
             reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,
@@ -76,11 +76,6 @@ def main(argv=None, prog: str = "./course grade"):
         out = reports[sections[0]] if len(sections) == 1 else reports
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
-
-
-def has_submissions(root: Path, section: str, students=None) -> bool:
-    sub = root / "submitted"
-    return sub.is_dir() and any((p / section).is_dir() and (not students or p.name in students) for p in sub.iterdir())
 
 
 if __name__ == "__main__":

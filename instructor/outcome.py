@@ -113,9 +113,10 @@ def format_report(report: dict, color: bool = False) -> str:
 
 
 def section_report(root: Path, section: str, students: list, results: dict, state: dict, db_url: str,
-                   course_id: str, sandboxed: bool, sandbox_line: str) -> dict:
+                   course_id: str, sandboxed: bool, sandbox_line: str, pre: dict | None = None) -> dict:
     """The per-student report (:func:`student_entry`) of everything graded so far, this run or earlier ones, from
-    the gradebook and ``./course grade``'s record (:mod:`instructor.state`)."""
+    the gradebook and ``./course grade``'s record (:mod:`instructor.state`).  ``pre``: the prescans made before
+    grading ({student: prescan}); a student without one is prescanned now (the report of an earlier run)."""
     release = release_notebook(root, section)
     scores = gradebook_scores(db_url, course_id, section)
     report = {"section": section, "students": {}, "batch_returncode": 0, "sandboxed": sandboxed,
@@ -123,7 +124,8 @@ def section_report(root: Path, section: str, students: list, results: dict, stat
     max_score = release_points(release)
     for s in students:
         st = state.get(section, {}).get(s, {})
-        report["students"][s] = student_entry(root, section, s, release, scores, faults=st.get("faults", []),
+        report["students"][s] = student_entry(root, section, s, release, scores, info=(pre or {}).get(s),
+                                              faults=st.get("faults", []),
                                               why_missing=lambda st=st: st.get("reason"), max_score=max_score)
     return report
 

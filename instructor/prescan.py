@@ -187,3 +187,15 @@ def prescan(root: Path, section: str, student: str, release) -> dict:
         found += [f"{why} ({where})" for why in ast_flags(src)]
     out["tamper"] += list(dict.fromkeys(found))
     return out
+
+
+def prescan_class(root: Path, section: str, students, release) -> dict:
+    """{student: prescan} for the students about to be graded (before any kernel runs, on every grading path);
+    a prescan that fails is a note in the report, never a crash."""
+    out = {}
+    for s in students:
+        try:
+            out[s] = prescan(root, section, s, release)
+        except Exception as exc:  # noqa: BLE001 - a report, never a crash
+            out[s] = {"fatal": None, "notes": [f"could not prescan: {exc}"], "tamper": []}
+    return out

@@ -10,10 +10,10 @@ from pathlib import Path
 from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env
 from judge.sandbox import sandbox_status
 
-from .config import CourseError, course_db, release_notebook
+from .config import CourseError, course_db, release_notebook, submitted_students
 from .gradebook import clear_autogrades, gradebook_scores
 from .outcome import classify_log, format_report, student_entry
-from .prescan import prescan
+from .prescan import prescan_class
 from .state import record_sandbox
 
 
@@ -53,20 +53,14 @@ def grade(section: str, root: Path, timeout: int | None = None, students=None, l
     """
     root = Path(root)
     t0 = time.time()
-    subdir = root / "submitted"
-    all_students = sorted(p.name for p in subdir.iterdir() if (p / section).is_dir()) if subdir.is_dir() else []
+    all_students = submitted_students(root, section)
     env = grading_env(keep=KEEP_ENV, extra=extra_env)
     sandboxed, sandbox_line = sandbox_status(env)
     if sandboxed is None:
         raise CourseError(sandbox_line)
-    students = [s for s in all_students if not students or s in students]
+    students = submitted_students(root, section, students)
     release = release_notebook(root, section)
-    pre = {}
-    for s in students:
-        try:
-            pre[s] = prescan(root, section, s, release)
-        except Exception as exc:  # noqa: BLE001 - a report, never a crash
-            pre[s] = {"fatal": None, "notes": [f"could not prescan: {exc}"], "tamper": []}
+    pre = prescan_class(root, section, students, release)
     extra = [f"--IsolatedExecute.timeout={timeout}"] if timeout else []
     if len(students) == len(all_students):
         batch = run_nbgrader(root, ["autograde", section, "--create", "--force", *extra], env=env)

@@ -9,6 +9,7 @@ import tempfile
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
@@ -22,6 +23,15 @@ from .gradebook import gradebook_entry
 DEFAULT_TASK_TIMEOUT = 900
 DIE_ENV = "ATTNCOURSE_CLASSGRADE_DIE_FOR"   # test hook: the worker grading this student dies (os._exit)
 _TEMPLATES: dict = {}
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """How every task of one grading run grades; sent to the workers with each task."""
+    timeout: int | None = None                 # seconds one cell may run (None: the course's nbgrader_config.py)
+    task_timeout: float = DEFAULT_TASK_TIMEOUT  # seconds one submission may take, all cells together
+    env: dict = field(default_factory=dict)    # the run's settings for nbgrader and its kernels (task_environment)
+    feedback: bool = False                     # also generate the feedback HTML
 _LOCK = threading.Lock()
 
 
@@ -110,12 +120,13 @@ def kill_kernels(flag: dict):
             p.kill()
 
 
-def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None, timeout: int | None = None,
-               task_timeout: float = DEFAULT_TASK_TIMEOUT, env: dict | None = None, feedback: bool = False) -> dict:
+def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
+               settings: TaskSettings = TaskSettings()) -> dict:
     """Autograde one submission in a scratch course of its own; return everything the coordinator merges."""
     t0 = time.time()
     section = kit["section"]
-    env = dict(env or {})
+    timeout, task_timeout, feedback = settings.timeout, settings.task_timeout, settings.feedback
+    env = dict(settings.env or {})
     if env.get(DIE_ENV) == student:
         os._exit(70)  # test hook: a worker that dies while grading
     for k in KEEP_ENV:   # this run's settings, not those of an earlier run on the same worker
@@ -183,7 +194,8 @@ def task_environment(extra_env: dict | None = None) -> tuple[dict, dict]:
     """(the grading environment, the part of it a task sets on its worker)."""
     env = grading_env(keep=KEEP_ENV, extra=extra_env)
     task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in (
-        "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM")}
+        "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+        "OMP_WAIT_POLICY")}
     if extra_env and DIE_ENV in extra_env:
         task_env[DIE_ENV] = extra_env[DIE_ENV]
     return env, task_env

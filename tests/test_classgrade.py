@@ -147,7 +147,7 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
     from judge.scratch import tree_hash as files_hash
     from instructor.kit import make_kit, submission_files
     from instructor import task as task_module
-    from instructor.task import grade_task, task_environment, template
+    from instructor.task import TaskSettings, grade_task, task_environment, template
 
     _, par, _ = runs
     kit = make_kit(par.root, SECTION)
@@ -161,7 +161,7 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
     assert not left, f"a kit left on disk: {left}"
     _, env = task_environment({"ATTNCOURSE_CHECK_TIMEOUT": "30"})
     wrong = submission_files(par.root, "wrong", SECTION)
-    before = grade_task(kit, "wrong", wrong, env=env)
+    before = grade_task(kit, "wrong", wrong, settings=TaskSettings(env=env))
     # the old cache's folder, rewritten as a kernel could have: the reference says the wrong answer is right
     poisoned = Path(tempfile.gettempdir()) / f"attncourse-kit-{os.getuid()}-{SECTION}-{kit['hash'][:20]}"
     poisoned.mkdir(exist_ok=True)
@@ -172,7 +172,7 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
             p.write_bytes(data)
         (poisoned / "gradebook.db").write_bytes(b"")
         (poisoned / "graders" / "data" / f"{SECTION}.pt").write_bytes(b"not the reference")
-        after = grade_task(kit, "wrong", wrong, env=env)
+        after = grade_task(kit, "wrong", wrong, settings=TaskSettings(env=env))
     finally:
         shutil.rmtree(poisoned, ignore_errors=True)
     score = lambda r: sum(g["auto_score"] or 0 for nb in r["gradebook"]["notebooks"].values()  # noqa: E731
