@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import html
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -32,7 +31,7 @@ from pathlib import Path
 from judge.autograded import first_line, grade_cells
 from judge.sanitize import csv_cell, plot_label
 
-from .config import CourseError, course_db, ready, resolve_sections
+from .config import CourseError, course_db, ready, resolve_sections, submitted_students
 from .outcome import section_report
 from .state import graded_sandbox, load_state
 
@@ -68,8 +67,7 @@ def collect(root: Path, section: str) -> dict:
 
     root = Path(root)
     db_url, course_id = course_db(root)
-    sub = root / "submitted"
-    students = sorted(p.name for p in sub.iterdir() if (p / section).is_dir()) if sub.is_dir() else []
+    students = submitted_students(root, section)
     state = load_state(root)
     rep = section_report(root, section, students, {}, state, db_url, course_id,
                          *graded_sandbox(root, section, students))   # as graded, not as this machine is now
@@ -168,6 +166,15 @@ def _hist(path: Path, scores, max_score, title):
     plt.close(fig)
 
 
+def _template():
+    """instructor/templates/class_report.html, autoescaped (student text in it is data, never markup)."""
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined)
+    return env.get_template("class_report.html")
+
+
 def write_report(root: Path, section: str, out: Path | None = None) -> Path:
     """Write reports/<section>/ (index.html, PNGs, CSVs); return the index.html path."""
     root = Path(root)
@@ -217,43 +224,16 @@ def write_report(root: Path, section: str, out: Path | None = None) -> Path:
         _barh(out / "mistakes.png", [m for m, _ in mistake_rows[:25]], [len(ss) for _, ss in mistake_rows[:25]],
               "Named mistakes, by how many students made them", "students", None, None, color="#C44E52")
 
-    def table(header, rows):
-        head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in r) + "</tr>" for r in rows)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body or '<tr><td>none</td></tr>'}</tbody></table>"
-
-    def img(name):
-        return f'<img src="{name}" alt="{name}">' if (out / name).is_file() else "<p>nothing to plot</p>"
-
     mean = sum(scores) / len(scores) if scores else 0
-    full = sum(1 for v in scores if max_score and v >= max_score)
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{section}: class report</title>
-<style>body{{font-family:sans-serif;max-width:1150px;margin:2em auto;color:#222;line-height:1.4}}
-h1{{margin-bottom:.2em}} h2{{margin-top:1.6em;border-bottom:1px solid #ccc}} img{{max-width:100%}}
-table{{border-collapse:collapse;font-size:14px;margin:.5em 0}} td,th{{border:1px solid #ccc;padding:3px 8px;
-text-align:left;vertical-align:top}} th{{background:#f2f2f2}} .k{{font-size:20px;font-weight:bold}}
-.stats span{{display:inline-block;margin-right:2.2em}} a{{color:#2a5db0}}</style></head><body>
-<h1>{html.escape(section)}: class report</h1>
-<p class="stats"><span>submissions <span class="k">{len(students)}</span></span>
-<span>graded <span class="k">{len(graded)}</span></span>
-<span>mean <span class="k">{mean:.1f} / {max_score:g}</span></span>
-<span>full marks <span class="k">{full}</span></span>
-<span>faults <span class="k">{len({s for s, _ in data['faults']})}</span></span>
-<span>tampering flags <span class="k">{len({s for s, _ in data['tamper']})}</span></span></p>
-<p>{html.escape(rep.get('sandbox', ''))}. CSV files: <a href="students.csv">students</a>, <a href="cells.csv">cells</a>,
-<a href="exercises.csv">exercises</a>, <a href="checks.csv">checks</a>, <a href="mistakes.csv">mistakes</a>,
-<a href="faults.csv">faults</a>, <a href="tampering.csv">tampering</a>.</p>
-<h2>Score distribution</h2>{img("scores.png")}
-<h2>Named mistakes</h2>{img("mistakes.png")}
-{table(["most likely cause", "students", "who"], [[m, len(ss), " ".join(ss)] for m, ss in mistake_rows])}
-<h2>Pass rate per exercise</h2>{img("exercises.png")}
-<h2>Pass rate per hidden check</h2>{img("checks.png")}
-<h2>Faults</h2>{table(["student", "fault"], data["faults"])}
-<h2>Tampering flags (for a human to read; scores unchanged)</h2>{table(["student", "flag"], data["tamper"])}
-<h2>Students</h2>{table(["student", "score", "max", "reasons"],
-                         [[s, f"{e['score']:g}", f"{e['max_score']:g}", "; ".join(e["reasons"])]
-                          for s, e in students.items()])}
-</body></html>"""
+    page = _template().render(
+        section=section, sandbox=rep.get("sandbox", ""),
+        plots={p.name for p in out.glob("*.png")},
+        stats={"submissions": len(students), "graded": len(graded), "mean": mean, "max_score": f"{max_score:g}",
+               "full": sum(1 for v in scores if max_score and v >= max_score),
+               "faults": len({s for s, _ in data["faults"]}), "tamper": len({s for s, _ in data["tamper"]})},
+        mistakes=[[m, len(ss), " ".join(ss)] for m, ss in mistake_rows],
+        faults=data["faults"], tamper=data["tamper"],
+        students=[[s, f"{e['score']:g}", f"{e['max_score']:g}", "; ".join(e["reasons"])] for s, e in students.items()])
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "index.html"
 
