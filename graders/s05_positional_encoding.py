@@ -108,15 +108,29 @@ ROPE = Exercise(
                 "(a·cos − b·sin, a·sin + b·cos).",
                 _rope("[a * cos - b * sin, a * sin + b * cos]", "[a * cos + b * sin, -a * sin + b * cos]")),
         Mistake("positions_fixed_device", "the positions are created on the CPU.",
-                _rope("torch.arange(T, device=x.device, dtype=work)", "torch.arange(T, dtype=work)"),
+                _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",
+                      "torch.arange(offset, offset + T, dtype=work)"),
                 shows="a tensor is created on a fixed device"),
+        Mistake("offset_ignored", "the offset is ignored: the rows of x sit at positions offset, offset + 1, ..., "
+                "offset + T - 1 (a cached token is not at position 0), so position t = offset + its row index.",
+                _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",
+                      "torch.arange(T, device=x.device, dtype=work)")),
+        Mistake("offset_negated", "the offset is subtracted: the rows come after the offset positions already "
+                "seen, at offset, offset + 1, ..., offset + T - 1.",
+                _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",
+                      "torch.arange(-offset, -offset + T, device=x.device, dtype=work)")),
+        Mistake("offset_on_angle", "the offset is added to the angles (offset radians for every pair) instead of "
+                "to the positions: pair i of position t turns by t·θ_i with t = offset + row, so the offset is "
+                "multiplied by θ_i too.",
+                _rope("angle = pos[:, None] * theta[None, :]",
+                      "angle = (pos[:, None] - offset) * theta[None, :] + offset")),
     ],
     variants=[
         Variant("complex", '''
-def apply_rope(x):
+def apply_rope(x, offset=0):
     T, d = x.shape[-2:]
     work = torch.promote_types(x.dtype, torch.float32)
-    pos = torch.arange(T, device=x.device, dtype=work)
+    pos = offset + torch.arange(T, device=x.device, dtype=work)
     theta = 1.0 / 10000 ** (torch.arange(0, d, 2, device=x.device, dtype=work) / d)
     angle = torch.outer(pos, theta)                                     # (T, d/2)
     rot = torch.polar(torch.ones_like(angle), angle)                    # e^{i·angle}
@@ -124,10 +138,10 @@ def apply_rope(x):
     return torch.view_as_real(xc * rot).flatten(-2).to(x.dtype)
 '''),
         Variant("matrices", '''
-def apply_rope(x):
+def apply_rope(x, offset=0):
     T, d = x.shape[-2:]
     work = torch.promote_types(x.dtype, torch.float32)
-    angle = torch.arange(T, device=x.device, dtype=work)[:, None] * torch.pow(
+    angle = torch.arange(offset, T + offset, device=x.device, dtype=work)[:, None] * torch.pow(
         10000.0, -torch.arange(0, d, 2, device=x.device, dtype=work) / d)   # (T, d/2)
     c, s = angle.cos(), angle.sin()
     R = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2).to(x.dtype)   # (T, d/2, 2, 2)
@@ -143,6 +157,10 @@ def apply_rope(x):
         Case("best_device", "on the best device (CUDA when present), (2, 2, 6, 8)", device="best",
              args=lambda g: (torch.randn(2, 2, 6, 8, generator=g),)),
         Case("meta", "on the meta device, (2, 5, 8)", device="meta", args=lambda g: (torch.randn(2, 5, 8, generator=g),)),
+        Case("offset", "rows at positions 5 to 8 (offset=5), (2, 3, 4, 8)", kwargs={"offset": 5},
+             args=lambda g: (torch.randn(2, 3, 4, 8, generator=g),), seed=7),
+        Case("offset_one_row", "one row at position 11 (offset=11), (2, 1, 16), float64", kwargs={"offset": 11},
+             dtype="float64", args=lambda g: (torch.randn(2, 1, 16, generator=g),), seed=8),
     ],
 )
 

@@ -1,16 +1,26 @@
 """Hidden cases for section 09: a character-level language model.
 
-Six graded exercises: ``predicted_loss`` (predict, then measure), ``perplexity``, ``param_groups``,
-``lr_at``, ``evaluate_loss`` (find the bug: the notebook hands out the ``train_mode`` mistake) and
-``top_p_filter``.  Each code exercise has 4 known mistakes and 2 correct variants.
+Nine graded exercises: ``predicted_loss`` (predict, then measure), ``perplexity``, the model the notebook
+trains — ``CausalSelfAttention`` (section 04's contract, RoPE at an explicit offset, a KV cache), ``Block``
+(section 06's Pre-LN block) and ``GPT`` (the forward, with weight tying) — ``param_groups``, ``lr_at``,
+``evaluate_loss`` (find the bug: the notebook hands out the ``train_mode`` mistake) and ``top_p_filter``.
+Each code exercise has at least 4 known mistakes and 2 correct variants.
 
-Three are graded through a probe of the notebook's locked ``given_probes`` cell (``Exercise.wrap``):
+All but two are graded through a probe of the notebook's locked ``given_probes`` cell (``Exercise.wrap``):
 
-* ``decay_probe(param_groups)`` builds a fresh model (the given GPT, or a small nn.Sequential with an
-  embedding, a LayerNorm and two linear layers), hands the student's groups to AdamW (which refuses a
+* ``attention_probe(CausalSelfAttention)`` fills the module's parameters from generators seeded by their
+  names, then reads x whole, or its first rows and the rest with the cache at their offset; it reports the
+  outputs and the cache's keys and values.
+* ``block_probe(Block)`` and ``gpt_probe(GPT)`` do the same with a stand-in (not attention: a causal running
+  mean plus sin(position), with the same interface and cache) in place of the block's attention, or of the
+  model's blocks, so each is graded on its own code; ``gpt_probe`` also reports whether the head's weight *is*
+  the embedding's Parameter.
+
+* ``decay_probe(param_groups)`` builds a fresh model (the parameters of a small tied GPT, or a small
+  nn.Sequential with an embedding, a LayerNorm and two linear layers), hands the student's groups to AdamW (which refuses a
   parameter listed twice) and reports each parameter's weight decay (-1: in no group).
 * ``schedule_probe(lr_at)`` evaluates the schedule at every step of a stored list.
-* ``eval_probe(evaluate_loss)`` builds a fresh GPT with dropout 0.5 in training mode, seeds the global
+* ``eval_probe(evaluate_loss)`` builds a fresh small language model with dropout 0.5 in training mode, seeds the global
   generator (so a run with dropout left on is deterministic, and wrong) and reports the loss and whether
   the model is back in training mode.
 
@@ -25,7 +35,7 @@ from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
 CELLS = source_cells("09_language_model")   # the source notebook: solutions and given code are read from it
 
 DATA_GIVEN = "from attncourse.teach.gpt import load_corpus\n\n" + CELLS["given_data"]
-PROBES_GIVEN = ("from attncourse.teach.gpt import GPT\n\n" + CELLS["given_probes"])
+PROBES_GIVEN = ("from attncourse.teach.gpt import rotate as apply_rope, small_init\n\n" + CELLS["given_probes"])
 
 V = 62   # the corpus's vocabulary
 
@@ -110,6 +120,288 @@ PPL.cases = [
     Case("meta", "on the meta device", args=_losses(4), device="meta"),
 ]
 
+# ---------------------------------------------------------------- CausalSelfAttention (RoPE at an offset, KV cache)
+ATTN_REF = CELLS["causal_attention"]
+
+
+def _attn(*pairs):
+    return patch(ATTN_REF, *pairs)
+
+
+ATTN = Exercise(
+    name="CausalSelfAttention",
+    cell="causal_attention",
+    given=PROBES_GIVEN,
+    wrap="attention_probe",
+    reference=ATTN_REF,
+    mistakes=[
+        Mistake("offset_ignored", "the new rows are rotated as positions 0, 1, ... when a cache is given: they sit at "
+                "positions offset, offset + 1, ...; rotate q and k with apply_rope(·, offset).",
+                _attn("q, k = apply_rope(q, offset), apply_rope(k, offset)", "q, k = apply_rope(q), apply_rope(k)")),
+        Mistake("cache_not_appended", "the cache is not appended to: the new rows attend only to the new keys, and "
+                "the returned cache forgets the earlier positions; concatenate past's keys and values in front of the "
+                "new ones (dim=-2) and return all of them.",
+                _attn("k = torch.cat([past[0], k], dim=-2)", "k = k",
+                      "v = torch.cat([past[1], v], dim=-2)", "v = v",
+                      "P = past[0].shape[-2]", "P = 0"),
+                shows="keys has shape"),
+        Mistake("mask_top_left", "the causal mask is aligned to the top left (tril() without a shift, like "
+                "is_causal=True): new row i sits after the P cached positions and may see keys 0 .. P + i, "
+                "i.e. tril(diagonal=P) on the (T, P + T) scores.",
+                _attn(".tril(diagonal=P)", ".tril()")),
+        Mistake("values_rotated", "the values are rotated too: RoPE turns only queries and keys (their dot product "
+                "then depends on the distance); the values are mixed as they are.",
+                _attn("q, k = apply_rope(q, offset), apply_rope(k, offset)",
+                      "q, k, v = apply_rope(q, offset), apply_rope(k, offset), apply_rope(v, offset)")),
+        Mistake("not_causal", "no causal mask: each row also attends to the keys after it (the future characters "
+                "it has to predict); mask the scores so that row i sees keys up to P + i only.",
+                _attn("scores.masked_fill(~seen, float(\"-inf\"))", "scores")),
+    ],
+    variants=[
+        Variant("sdpa", '''
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, past=None, offset=0):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).unflatten(-1, (3, self.n_heads, self.d_k)).transpose(1, 3).unbind(2)   # (B, h, T, d_k)
+        q, k = apply_rope(q, offset=offset), apply_rope(k, offset=offset)
+        if past is not None:
+            k, v = torch.cat((past[0], k), -2), torch.cat((past[1], v), -2)
+        P = k.shape[-2] - T
+        rows = torch.arange(T, device=x.device)[:, None] + P
+        mask = torch.arange(P + T, device=x.device)[None, :] <= rows
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.out(y.transpose(1, 2).flatten(2)), (k, v)
+'''),
+        Variant("einsum", '''
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        assert d_model % n_heads == 0
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, past=None, offset=0):
+        B, T, D = x.shape
+        q, k, v = (t.reshape(B, T, self.n_heads, self.d_k).permute(0, 2, 1, 3) for t in self.qkv(x).split(D, dim=-1))
+        q = apply_rope(q, offset)
+        k = apply_rope(k, offset)
+        if past:
+            k = torch.cat([past[0], k], dim=2)
+            v = torch.cat([past[1], v], dim=2)
+        S = k.shape[2]
+        s = torch.einsum("bhtd,bhsd->bhts", q, k) * self.d_k ** -0.5
+        future = torch.triu(torch.ones(T, S, dtype=torch.bool, device=x.device), diagonal=S - T + 1)
+        w = s.masked_fill(future, -torch.inf).softmax(-1)
+        y = torch.einsum("bhts,bhsd->bthd", w, v).reshape(B, T, D)
+        return self.out(y), (k, v)
+'''),
+    ],
+    cases=[],
+)
+
+
+def _rows(B, T, d):
+    return lambda g: (torch.randn(B, T, d, generator=g),)
+
+
+ATTN.cases = [
+    Case("no_cache", "(2, 6, 16), 4 heads, no cache", args=lambda g: (*_rows(2, 6, 16)(g), 4, 0),
+         labels=["output", "keys", "values"], seed=20),
+    Case("cached_chunk", "(2, 9, 16), 2 heads: 5 rows, then 4 with the cache at offset 5",
+         args=lambda g: (*_rows(2, 9, 16)(g), 2, 5), labels=["output", "keys", "values"], seed=21),
+    Case("one_token", "(1, 8, 16), 4 heads: 7 rows, then one token at offset 7",
+         args=lambda g: (*_rows(1, 8, 16)(g), 4, 7), labels=["output", "keys", "values"], seed=22),
+    Case("float64", "float64, (2, 7, 8), 2 heads: 3 rows, then 4 at offset 3", dtype="float64",
+         args=lambda g: (*_rows(2, 7, 8)(g), 2, 3), labels=["output", "keys", "values"], seed=23),
+    Case("best_device", "on the best device (CUDA when present), (2, 6, 16), 4 heads: 2 rows, then 4 at offset 2",
+         device="best", args=lambda g: (*_rows(2, 6, 16)(g), 4, 2), labels=["output", "keys", "values"], seed=24),
+]
+
+# ---------------------------------------------------------------- Block (Pre-LN, the cache passed on)
+BLOCK_REF = CELLS["block"]
+
+
+def _block(*pairs):
+    return patch(BLOCK_REF, *pairs)
+
+
+BLOCK = Exercise(
+    name="Block",
+    cell="block",
+    given=PROBES_GIVEN + "\n\n" + ATTN_REF,
+    wrap="block_probe",
+    reference=BLOCK_REF,
+    mistakes=[
+        Mistake("no_attn_residual", "the residual around attention is missing: x = x + drop(attn(ln1(x))), the "
+                "sub-layer's input added back.",
+                _block("x = x + self.drop(a)", "x = self.drop(a)")),
+        Mistake("no_ffn_residual", "the residual around the MLP is missing: x = x + drop(ffn(ln2(x))).",
+                _block("x = x + self.drop(self.ffn(self.ln2(x)))", "x = self.drop(self.ffn(self.ln2(x)))")),
+        Mistake("post_ln", "the LayerNorms sit after the residual adds (Post-LN): this block is Pre-LN, "
+                "x + attn(ln1(x)), then x + ffn(ln2(x)); the residual path is never normalised.",
+                _block("a, kv = self.attn(self.ln1(x), past, offset)", "a, kv = self.attn(x, past, offset)",
+                       "x = x + self.drop(a)", "x = self.ln1(x + self.drop(a))",
+                       "x = x + self.drop(self.ffn(self.ln2(x)))", "x = self.ln2(x + self.drop(self.ffn(x)))")),
+        Mistake("cache_not_passed", "the cache and the offset are not passed to the attention: call "
+                "self.attn(ln1(x), past, offset), so that a cached chunk sees the earlier positions.",
+                _block("self.attn(self.ln1(x), past, offset)", "self.attn(self.ln1(x))"), shows="keys has shape"),
+        Mistake("offset_not_passed", "the offset is not passed to the attention: a cached chunk is then rotated as "
+                "positions 0, 1, ...; call self.attn(ln1(x), past, offset).",
+                _block("self.attn(self.ln1(x), past, offset)", "self.attn(self.ln1(x), past)")),
+    ],
+    variants=[
+        Variant("sublayer", '''
+class Block(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.ffn = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, past=None, offset=0):
+        out, cache = self.attn(self.ln1(x), past=past, offset=offset)
+        h = x + self.drop(out)
+        return h + self.drop(self.ffn(self.ln2(h))), cache
+'''),
+        Variant("functional_ln", '''
+class Block(nn.Module):
+    def __init__(self, d_model, n_heads, dropout=0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads)
+        hidden = 4 * d_model
+        self.ffn = nn.Sequential(nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, d_model))
+        self.drop = nn.Dropout(p=dropout)
+
+    def forward(self, x, past=None, offset=0):
+        ln = lambda m, t: F.layer_norm(t, m.normalized_shape, m.weight, m.bias, m.eps)
+        a, kv = self.attn(ln(self.ln1, x), past, offset)
+        x = self.drop(a) + x
+        return self.drop(self.ffn(ln(self.ln2, x))) + x, kv
+'''),
+    ],
+    cases=[],
+)
+
+BLOCK.cases = [
+    Case("no_cache", "(2, 6, 16), no cache", args=lambda g: (*_rows(2, 6, 16)(g), 0), labels=["output", "keys"],
+         seed=30),
+    Case("cached", "(2, 9, 16): 5 rows, then 4 with the cache at offset 5", args=lambda g: (*_rows(2, 9, 16)(g), 5),
+         labels=["output", "keys"], seed=31),
+    Case("float64", "float64, (1, 7, 8): 6 rows, then one at offset 6", dtype="float64",
+         args=lambda g: (*_rows(1, 7, 8)(g), 6), labels=["output", "keys"], seed=32),
+    Case("best_device", "on the best device (CUDA when present), (2, 6, 16): 3 rows, then 3 at offset 3",
+         device="best", args=lambda g: (*_rows(2, 6, 16)(g), 3), labels=["output", "keys"], seed=33),
+]
+
+# ---------------------------------------------------------------- GPT (forward, weight tying)
+GPT_REF = CELLS["gpt"]
+
+
+def _gpt(*pairs):
+    return patch(GPT_REF, *pairs)
+
+
+GPT = Exercise(
+    name="GPT",
+    cell="gpt",
+    given=PROBES_GIVEN + "\n\n" + ATTN_REF + "\n\n" + BLOCK_REF,
+    wrap="gpt_probe",
+    reference=GPT_REF,
+    mistakes=[
+        Mistake("tied_by_copy", "the head's weight is a copy of the embedding, not the same Parameter: the two "
+                "then drift apart in training; assign the Parameter itself (self.head.weight = self.embed.weight).",
+                _gpt("self.head.weight = self.embed.weight",
+                     "self.head.weight = nn.Parameter(self.embed.weight.detach().clone())")),
+        Mistake("offset_from_zero", "the blocks get offset 0 when reading with a cache: a cached chunk sits at "
+                "positions offset, offset + 1, ...; pass the offset on to every block.",
+                _gpt("h, kv = block(h, past, offset)", "h, kv = block(h, past)")),
+        Mistake("cache_not_passed", "the blocks never see the cache: give block i its entry cache[i], so that a "
+                "cached chunk attends to the earlier positions.",
+                _gpt("h, kv = block(h, past, offset)", "h, kv = block(h, None, offset)")),
+        Mistake("no_final_norm", "the final LayerNorm is skipped: the head reads ln_f(h).",
+                _gpt("logits = self.head(self.ln_f(h))", "logits = self.head(h)")),
+    ],
+    variants=[
+        Variant("tie_other_way", '''
+class GPT(nn.Module):
+    def __init__(self, vocab_size, d_model=64, n_heads=4, n_layers=2, max_len=64, dropout=0.0):
+        super().__init__()
+        self.max_len = max_len
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.embed.weight = self.head.weight
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, dropout) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        small_init(self)
+
+    def forward(self, idx, cache=None, offset=0):
+        h = self.drop(self.embed(idx))
+        new_cache = []
+        for i, blk in enumerate(self.blocks):
+            h, kv = blk(h, past=None if not cache else cache[i], offset=offset)
+            new_cache.append(kv)
+        logits = self.head(self.ln_f(h))
+        if cache is None:
+            return logits
+        return logits, new_cache
+'''),
+        Variant("zip_cache", '''
+class GPT(nn.Module):
+    def __init__(self, vocab_size, d_model=64, n_heads=4, n_layers=2, max_len=64, dropout=0.0):
+        super().__init__()
+        self.max_len = max_len
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList([Block(d_model, n_heads, dropout) for _ in range(n_layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.embed.weight
+        small_init(self)
+
+    def forward(self, idx, cache=None, offset=0):
+        x = self.drop(self.embed(idx))
+        pasts = cache if cache else [None] * len(self.blocks)
+        kvs = []
+        for block, past in zip(self.blocks, pasts):
+            x, kv = block(x, past, offset)
+            kvs.append(kv)
+        logits = F.linear(self.ln_f(x), self.embed.weight)
+        return logits if cache is None else (logits, kvs)
+'''),
+    ],
+    cases=[],
+)
+
+
+def _ids(B, T, vocab=12):
+    return lambda g: (torch.zeros(1), torch.randint(0, vocab, (B, T), generator=g), vocab)
+
+
+GPT.cases = [
+    Case("full", "2 sequences of 9 tokens, 2 stand-in blocks, no cache", args=lambda g: (*_ids(2, 9)(g), 2, 0),
+         api="any", labels=["logits", "head is the embedding"], seed=40),
+    Case("cached", "2 sequences of 9 tokens: 5, then 4 with the cache at offset 5",
+         args=lambda g: (*_ids(2, 9)(g), 2, 5), api="any", labels=["logits", "head is the embedding"], seed=41),
+    Case("one_token", "3 blocks, 7 tokens, then one at offset 7", args=lambda g: (*_ids(1, 8)(g), 3, 7), api="any",
+         labels=["logits", "head is the embedding"], seed=42),
+    Case("float64", "float64, 2 sequences of 6 tokens: 2, then 4 at offset 2", dtype="float64",
+         args=lambda g: (*_ids(2, 6)(g), 2, 2), api="any", labels=["logits", "head is the embedding"], seed=43),
+    Case("best_device", "on the best device (CUDA when present): 4 tokens, then 3 at offset 4", device="best",
+         args=lambda g: (*_ids(2, 7)(g), 1, 4), api="any", labels=["logits", "head is the embedding"], seed=44),
+]
+
 # ---------------------------------------------------------------- param_groups
 GROUPS_REF = CELLS["param_groups"]
 
@@ -120,16 +412,18 @@ GROUPS = Exercise(
     wrap="decay_probe",
     reference=GROUPS_REF,
     mistakes=[
-        Mistake("dim_rule", "every matrix is decayed, the embedding (and the output head tied to it) too: a "
-                "2-D shape is not the rule here; decay only nn.Linear weights that are not an embedding.",
+        Mistake("tied_spared", "the embedding (and so the output head tied to it) is kept out of decay: it is a "
+                "matrix like any linear weight, and as the head every row of it gets a gradient at every step; "
+                "decay every parameter with two or more dimensions.",
                 '''
 def param_groups(model, weight_decay):
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    keep = [p for p in model.parameters() if p.dim() < 2]
+    embedding = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay = [p for p in model.parameters() if p.dim() >= 2 and id(p) not in embedding]
+    keep = [p for p in model.parameters() if p.dim() < 2 or id(p) in embedding]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
 '''),
-        Mistake("biases_only", "only the biases are spared: LayerNorm weights and the embedding must not be "
-                "decayed either; decay only nn.Linear weight matrices.",
+        Mistake("biases_only", "only the biases are spared: LayerNorm gains and shifts are vectors too and are not "
+                "decayed; decay only parameters with two or more dimensions.",
                 '''
 def param_groups(model, weight_decay):
     decay = [p for n, p in model.named_parameters() if not n.endswith("bias")]
@@ -146,7 +440,7 @@ def param_groups(model, weight_decay):
             decay.append(m.weight)
             if m.bias is not None:
                 keep.append(m.bias)
-        elif isinstance(m, (nn.Embedding, nn.LayerNorm)):
+        else:
             keep.extend(m.parameters(recurse=False))
     return [{"params": decay, "weight_decay": weight_decay}, {"params": keep, "weight_decay": 0.0}]
 ''', shows="some parameters appear in more than one parameter group"),
@@ -158,29 +452,19 @@ def param_groups(model, weight_decay):
         Variant("by_module", '''
 def param_groups(model, weight_decay):
     seen, decay, keep = set(), [], []
-    embedded = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     for module in model.modules():
         for name, p in module.named_parameters(recurse=False):
             if id(p) in seen:
                 continue
             seen.add(id(p))
-            if isinstance(module, nn.Linear) and name == "weight" and id(p) not in embedded:
-                decay.append(p)
-            else:
-                keep.append(p)
+            (decay if p.ndim > 1 else keep).append(p)
     return [dict(params=decay, weight_decay=weight_decay), dict(params=keep, weight_decay=0.0)]
 '''),
-        Variant("ptr_sets", '''
+        Variant("named", '''
 def param_groups(model, weight_decay):
-    lin = [m.weight for m in model.modules() if type(m) is nn.Linear]
-    emb = [m.weight for m in model.modules() if type(m) is nn.Embedding]
-    chosen = [p for p in lin if all(p is not e for e in emb)]
-    rest = [p for p in model.parameters() if all(p is not c for c in chosen)]
-    uniq = []
-    for p in chosen:
-        if all(p is not u for u in uniq):
-            uniq.append(p)
-    return [{"params": uniq, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    params = dict(model.named_parameters())
+    return [{"params": [p for n, p in params.items() if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for n, p in params.items() if p.ndim < 2], "weight_decay": 0.0}]
 '''),
     ],
     cases=[],
@@ -188,12 +472,13 @@ def param_groups(model, weight_decay):
 
 _like = lambda g: torch.zeros(1)   # noqa: E731  (its device is the model's)
 GROUPS.cases = [
-    Case("gpt", "the given GPT, 2 blocks, weight_decay=0.1", args=lambda g: (_like(g), 0.1, 2, "gpt"), api="any"),
-    Case("deeper", "the given GPT, 3 blocks, weight_decay=0.3", args=lambda g: (_like(g), 0.3, 3, "gpt"), api="any",
-         seed=1),
+    Case("gpt", "a tied GPT's parameters, 2 blocks, weight_decay=0.1", args=lambda g: (_like(g), 0.1, 2, "gpt"),
+         api="any"),
+    Case("deeper", "a tied GPT's parameters, 3 blocks, weight_decay=0.3", args=lambda g: (_like(g), 0.3, 3, "gpt"),
+         api="any", seed=1),
     Case("mlp", "an untied model: embedding, LayerNorm, two linear layers; weight_decay=0.05",
          args=lambda g: (_like(g), 0.05, 0, "mlp"), api="any", seed=2),
-    Case("best_device", "the given GPT on the best device (CUDA when present)",
+    Case("best_device", "a tied GPT's parameters on the best device (CUDA when present)",
          args=lambda g: (_like(g), 0.1, 2, "gpt"), api="any", device="best", seed=3),
 ]
 
@@ -385,4 +670,4 @@ TOPP.cases = [
     Case("meta", "on the meta device, p=0.9", args=_topp(), kwargs={"p": 0.9}, device="meta"),
 ]
 
-SECTION = Section("09_language_model", [PREDICT, PPL, GROUPS, LR, EVAL, TOPP])
+SECTION = Section("09_language_model", [PREDICT, PPL, ATTN, BLOCK, GPT, GROUPS, LR, EVAL, TOPP])

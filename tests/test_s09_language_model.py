@@ -1,4 +1,5 @@
-"""Section 09: the shipped corpus, the split the notebook makes, and the given GPT's contracts."""
+"""Section 09: the shipped corpus, the split the notebook makes, the reference model's cache and tying, and the
+package's sampler (``attncourse.teach.gpt.generate``) on that model."""
 from __future__ import annotations
 
 import ast
@@ -81,53 +82,67 @@ def test_rotate_is_section_05s_rope_with_an_offset():
     assert torch.allclose(rotate(x[..., 5:, :], offset=5), full[..., 5:, :], atol=1e-5)
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.2])
-def test_gpt_cache_matches_the_full_pass_and_head_is_tied(dropout):
-    from attncourse.teach.gpt import GPT
+def _reference_model():
+    """The notebook's reference CausalSelfAttention, Block and GPT (its solution cells), with what they need."""
+    from graders.s09_language_model import ATTN_REF, BLOCK_REF, GPT_REF
 
+    ns: dict = {}
+    exec("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+         "from attncourse.teach.gpt import rotate as apply_rope, small_init\n"
+         + ATTN_REF + "\n\n" + BLOCK_REF + "\n\n" + GPT_REF, ns)
+    return ns["GPT"]
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_reference_cache_matches_the_full_pass_and_head_is_tied(dropout):
+    GPT = _reference_model()
     torch.manual_seed(0)
     model = GPT(20, d_model=32, n_heads=4, n_layers=2, max_len=24, dropout=dropout).eval()
     assert model.head.weight is model.embed.weight
+    assert sum(p is model.embed.weight for p in model.parameters()) == 1
     ids = torch.randint(0, 20, (3, 17))
     with torch.no_grad():
         full = model(ids)
-        a, cache = model(ids[:, :9], use_cache=True)
-        b, cache = model(ids[:, 9:12], cache)                 # a chunk of 3 at offset 9
-        c, cache = model(ids[:, 12:13], cache)                # one token at offset 12
-        d, cache = model(ids[:, 13:], cache)
+        a, cache = model(ids[:, :9], [])
+        b, cache = model(ids[:, 9:12], cache, 9)              # a chunk of 3 at offset 9
+        c, cache = model(ids[:, 12:13], cache, 12)            # one token at offset 12
+        d, cache = model(ids[:, 13:], cache, 13)
     assert torch.allclose(torch.cat([a, b, c, d], dim=1), full, atol=1e-5)
     assert cache[0][0].shape == (3, 4, 17, 8)
-    with pytest.raises(ValueError):
-        model(torch.zeros(1, 25, dtype=torch.long))
+    with torch.no_grad():                                     # the offset is explicit: a wrong one changes the logits
+        _, start = model(ids[:, :9], [])
+        wrong, _ = model(ids[:, 9:12], start, 0)
+    assert (wrong - b).abs().max() > 1e-5
 
 
 def test_generate_stops_restores_mode_and_runs_past_max_len():
-    from attncourse.teach.gpt import GPT
+    from attncourse.teach.gpt import generate
 
+    GPT = _reference_model()
     torch.manual_seed(0)
     model = GPT(10, d_model=16, n_heads=2, n_layers=1, max_len=8, dropout=0.1).train()
     prompt = torch.tensor([[1, 2, 3]])
-    out = model.generate(prompt, 20, generator=torch.Generator().manual_seed(0))
+    out = generate(model, prompt, 20, generator=torch.Generator().manual_seed(0))
     assert out.shape == (1, 23) and torch.equal(out[:, :3], prompt) and model.training
     stop = int(out[0, 5])
-    short = model.generate(prompt, 20, stop=stop, generator=torch.Generator().manual_seed(0))
+    short = generate(model, prompt, 20, stop=stop, generator=torch.Generator().manual_seed(0))
     assert short.shape[1] <= 6 and int(short[0, -1]) == stop
-    assert model.generate(prompt, 12, temperature=0).shape == (1, 15)   # past max_len: the window is re-read
-    greedy = model.generate(prompt, 5, temperature=0)                   # within max_len: the cache all the way
-    ids, model = prompt, model.eval()                                   # generate turned dropout off too
+    assert generate(model, prompt, 12, temperature=0).shape == (1, 15)   # past max_len: the window is re-read
+    greedy = generate(model, prompt, 5, temperature=0)                   # within max_len: the cache all the way
+    ids, model = prompt, model.eval()                                    # generate turned dropout off too
     with torch.no_grad():
-        for _ in range(5):                                              # the same tokens without a cache
+        for _ in range(5):                                               # the same tokens without a cache
             ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
     assert torch.equal(greedy, ids)
 
 
 def test_top_k_and_the_filter_hook_of_the_given_sampler():
-    from attncourse.teach.gpt import GPT
+    from attncourse.teach.gpt import choose, generate
 
     logits = torch.log(torch.tensor([[0.1, 0.5, 0.05, 0.3, 0.05]]))
-    draws = torch.stack([GPT.choose(logits, top_k=2, generator=torch.Generator().manual_seed(s)) for s in range(50)])
+    draws = torch.stack([choose(logits, top_k=2, generator=torch.Generator().manual_seed(s)) for s in range(50)])
     assert set(draws.flatten().tolist()) == {1, 3}
-    draws = torch.stack([GPT.choose(logits, top_k=1, generator=torch.Generator().manual_seed(s)) for s in range(20)])
+    draws = torch.stack([choose(logits, top_k=1, generator=torch.Generator().manual_seed(s)) for s in range(20)])
     assert set(draws.flatten().tolist()) == {1}
     seen = []
 
@@ -135,12 +150,12 @@ def test_top_k_and_the_filter_hook_of_the_given_sampler():
         seen.append(z.clone())
         return torch.full_like(z, float("-inf")).index_fill(-1, torch.tensor([4]), 0.0)
 
-    assert GPT.choose(logits, temperature=2.0, filter=only_token_4).tolist() == [4]
+    assert choose(logits, temperature=2.0, filter=only_token_4).tolist() == [4]
     assert torch.allclose(seen[0], logits / 2.0)
-    assert GPT.choose(logits, temperature=0, filter=only_token_4).tolist() == [1]   # greedy: no filter
+    assert choose(logits, temperature=0, filter=only_token_4).tolist() == [1]   # greedy: no filter
     torch.manual_seed(0)
-    model = GPT(10, d_model=16, n_heads=2, n_layers=1, max_len=8)
-    out = model.generate(torch.tensor([[1, 2]]), 5, filter=only_token_4)
+    model = _reference_model()(10, d_model=16, n_heads=2, n_layers=1, max_len=8)
+    out = generate(model, torch.tensor([[1, 2]]), 5, filter=only_token_4)
     assert out[0, 2:].tolist() == [4] * 5
 
 
@@ -148,13 +163,13 @@ _TOP_P = re.compile(r"top_?p|nucleus", re.I)
 
 
 def test_the_course_package_does_not_implement_top_p():
-    """Section 09's graded exercise is top-p filtering: the installed package must not hand it out (GPT.choose and
-    GPT.generate once took a ``top_p`` argument).  No function of attncourse, in any .py file, has a parameter or
+    """Section 09's graded exercise is top-p filtering: the installed package must not hand it out (its sampler,
+    ``choose`` and ``generate``, once took a ``top_p`` argument).  No function of attncourse, in any .py file, has a parameter or
     a name, nor defines a function or variable, that spells top-p or nucleus."""
     import attncourse
-    from attncourse.teach.gpt import GPT
+    from attncourse.teach.gpt import choose, generate
 
-    for fn in (GPT.choose, GPT.generate):
+    for fn in (choose, generate):
         assert not any(_TOP_P.search(name) for name in inspect.signature(fn).parameters), fn
     found = []
     package = Path(attncourse.__file__).resolve().parent
