@@ -369,7 +369,7 @@ WINDOW = Exercise(
                      "        if k.shape[-2] > self.window:\n"
                      "            k, v, pos = k[..., 1:, :], v[..., 1:, :], pos[1:]\n"
                      "        self.k, self.v, self.pos = k, v, pos"),
-                shows="keys has shape"),
+                shows="keys[0] has shape"),
         Mistake("values_rotated", "the values are rotated too: RoPE rotates queries and keys only; the values are "
                 "kept as they came.",
                 _win("k = rotate(k, offset=self.seen)", "k, v = rotate(k, offset=self.seen), rotate(v, offset=self.seen)")),
@@ -541,19 +541,19 @@ def combine_partials(o_a, lse_a, o_b, lse_b):
 '''),
     ],
     cases=[
-        Case("halves", "T=5 queries, key sets of 3 and 4", args=_partials(), labels=["o", "lse"]),
+        Case("halves", "T=5 queries, key sets of 3 and 4", args=_partials(), labels=["output", "lse"]),
         Case("heads", "(B=2, h=3, T=5, d=8), key sets of 6 and 2", args=_partials(2, 3, t_a=6, t_b=2, d=8),
-             labels=["o", "lse"], seed=1),
-        Case("uneven", "one key against 9", args=_partials(2, t=4, t_a=1, t_b=9), labels=["o", "lse"], seed=2),
-        Case("large_scores", "scores in the thousands", args=_partials(t=4, t_a=3, t_b=3, scale=600.0, twin=True), labels=["o", "lse"],
+             labels=["output", "lse"], seed=1),
+        Case("uneven", "one key against 9", args=_partials(2, t=4, t_a=1, t_b=9), labels=["output", "lse"], seed=2),
+        Case("large_scores", "scores in the thousands", args=_partials(t=4, t_a=3, t_b=3, scale=600.0, twin=True), labels=["output", "lse"],
              seed=3),
-        Case("float64", "float64, (2, T=6, d=4)", dtype="float64", args=_partials(2, t=6), labels=["o", "lse"],
+        Case("float64", "float64, (2, T=6, d=4)", dtype="float64", args=_partials(2, t=6), labels=["output", "lse"],
              seed=4),
-        Case("bfloat16", "bfloat16, (2, T=4, d=4)", dtype="bfloat16", args=_partials(2, t=4), labels=["o", "lse"],
+        Case("bfloat16", "bfloat16, (2, T=4, d=4)", dtype="bfloat16", args=_partials(2, t=4), labels=["output", "lse"],
              seed=5),
         Case("best_device", "on the best device (CUDA when present), (2, T=5, d=4)", device="best",
-             args=_partials(2), labels=["o", "lse"], seed=6),
-        Case("meta", "on the meta device, (2, T=5, d=4)", device="meta", args=_partials(2), labels=["o", "lse"]),
+             args=_partials(2), labels=["output", "lse"], seed=6),
+        Case("meta", "on the meta device, (2, T=5, d=4)", device="meta", args=_partials(2), labels=["output", "lse"]),
     ],
 )
 
