@@ -14,6 +14,7 @@ SECTIONS = [
     "07_bert_probe",
     "08_train_and_generate",
     "09_language_model",
+    "10_efficient_attention",
 ]
 
 # The course settings a grading run passes on to nbgrader and its kernels' launcher.

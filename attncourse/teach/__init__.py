@@ -1,2 +1,3 @@
 """What the notebooks use to teach: plots, ``compare``, seeding, devices, offline model loading, the probe, the
-small models that sections 04 (``heads``: the split/merge bug measured) and 09 (``gpt``) train."""
+small models that sections 04 (``heads``: the split/merge bug measured) and 09 (``gpt``) train, and the memory
+count of section 10 (``memory``: the largest tensor a computation allocates)."""
