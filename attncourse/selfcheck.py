@@ -27,6 +27,12 @@ RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 VISIBLE = "visible checks (not scored)"
 
 
+def _being_graded() -> bool:
+    """True inside a kernel that nbgrader runs (autograde, validate, the saved-file check): the check cells then
+    do nothing (the copy being graded never grades itself)."""
+    return bool(os.environ.get(RUNNING_ENV) or os.environ.get("NBGRADER_EXECUTION"))
+
+
 def _course_root():
     from .kernel.grader import find_course_root
 
@@ -108,11 +114,96 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
             "seconds": round(time.time() - t0, 1)}
 
 
+def _hidden_cells(root: Path, section: str):
+    """The section's graded test cells that judge hidden cases, from the course checkout's source notebook."""
+    import nbformat
+
+    from .protocol.calls import exercises_checked
+
+    path = root / "source" / section / f"{section}.ipynb"
+    if not path.is_file():
+        raise SystemExit(f"check_now needs the course checkout's source/{section} and graders/data (the "
+                         "self-study edition): use check() or ./course check instead")
+    for cell in nbformat.read(str(path), as_version=4).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade") and meta.get("points") and exercises_checked(cell.source):
+            yield meta["grade_id"], float(meta["points"]), exercises_checked(cell.source), cell.source
+
+
+def check_now(section: str, exercise: str | None = None, namespace: dict | None = None) -> dict:
+    """Check what is defined in this kernel NOW against the hidden tests, in about a second.
+
+    For a self-study learner working in the course checkout: the hidden test cells of the section run here,
+    on the functions and classes this kernel holds (run your cells first; nothing is re-run, no training, no
+    save needed), judged by the same judge and reference data as grading. ``exercise``: only the cells that
+    check it. Points are per graded cell, as nbgrader gives them. For the grade of the saved file — a fresh
+    kernel, the notebook top to bottom, nbgrader — use :func:`check` or ``./course check NN``.
+    """
+    import contextlib
+    import io
+
+    from .kernel.grader import Grader, GradingError
+
+    t0 = time.time()
+    if _being_graded():
+        return None  # this notebook is being graded (or checked from its saved file): the hidden cells run anyway
+    if namespace is None:
+        try:
+            from IPython import get_ipython
+            shell = get_ipython()
+        except ImportError:
+            shell = None
+        if shell is None:
+            raise SystemExit("check_now runs inside a notebook's kernel; from a shell use ./course check NN")
+        namespace = shell.user_ns
+    root = _course_root()
+    if root is None:
+        raise SystemExit("cannot find the course folder (graders/data): run this inside the course checkout")
+    try:
+        section = resolve_section(section)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    grader = namespace.get("GRADER")
+    if not (isinstance(grader, Grader) and grader.section == section and not grader.autograding):
+        grader = Grader(section)
+    scope = dict(namespace)            # the hidden cells' own names never land in the learner's namespace
+    scope["GRADER"] = grader
+    exercises: dict = {}
+    for grade_id, points, checked, source in _hidden_cells(root, section):
+        if exercise and exercise not in checked:
+            continue
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                exec(compile(source, f"<hidden checks {grade_id}>", "exec"), scope)   # noqa: S102
+            messages = []
+        except GradingError as exc:
+            messages = [str(exc)]
+        except Exception as exc:  # noqa: BLE001 - the learner's state: say what is missing
+            hint = " (run the cell that defines it first)" if isinstance(exc, NameError) else ""
+            messages = [f"{type(exc).__name__}: {exc}{hint}"]
+        name = ", ".join(checked)
+        ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
+        got = 0.0 if messages else points
+        ex["score"] += got
+        ex["max_score"] += points
+        ex["cells"].append({"cell": grade_id, "score": got, "max_score": points, "messages": messages})
+    if exercise and not exercises:
+        raise SystemExit(f"no hidden check of {exercise!r} in {section}")
+    result = {"section": section, "exercises": list(exercises.values()),
+              "score": sum(e["score"] for e in exercises.values()),
+              "max_score": sum(e["max_score"] for e in exercises.values()),
+              "seconds": round(time.time() - t0, 1), "live": True}
+    print(format_result(result))
+    return result
+
+
 def format_result(result: dict) -> str:
     if result.get("error"):
         return f"{result['section']}: could not be checked: {result['error']}"
+    how = "what this kernel holds now, " if result.get("live") else ""
     lines = [f"{result['section']}: {result['score']:g} / {result['max_score']:g} points "
-             f"(checked in {result['seconds']:g} s)"]
+             f"({how}checked in {result['seconds']:g} s)"]
     for ex in result["exercises"]:
         if ex["exercise"] == VISIBLE:   # no points: say how many of the cells passed
             bad = sum(1 for c in ex["cells"] if c["messages"])
@@ -129,7 +220,7 @@ def format_result(result: dict) -> str:
 
 def check(section: str, notebook: str | None = None) -> dict | None:
     """Check your saved notebook against the hidden tests and print what each exercise earned."""
-    if os.environ.get(RUNNING_ENV):
+    if _being_graded():
         return None  # this is the copy being graded: do not recurse
     print("Checking the last SAVED version of your notebook — save first (Ctrl+S / ⌘S) if you changed anything.")
     result = run_check(section, Path(notebook) if notebook else None)

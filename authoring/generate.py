@@ -28,10 +28,16 @@ def generate_release(section: str, root: Path = ROOT) -> None:
 
 
 CHECK_MD = ("## Check my work\n\n"
-            "**Save the notebook first** (Ctrl+S / ⌘S): the check grades the saved file with the hidden tests, "
-            "offline, in a temporary copy, and prints the points per exercise and what to fix. "
-            "From a shell: `./course check {num}`.")
-CHECK_CODE = 'from attncourse.selfcheck import check\ncheck("{section}");   # the ; keeps the returned details from printing twice'
+            "**While you work**, the first cell below checks what this kernel holds *now* — the functions and "
+            "classes of the cells you ran — against the hidden tests, in about a second; nothing is re-run or "
+            "saved. For one exercise: `check_now(\"{section}\", \"name\")`.\n\n"
+            "**For the grade**, the second cell grades the **saved** file (Ctrl+S / ⌘S first) as an instructor "
+            "would: a fresh kernel runs the notebook top to bottom in a temporary copy (training cells skipped), "
+            "offline, and prints the points per exercise and what to fix. From a shell: `./course check {num}`.")
+CHECK_NOW_CODE = ('from attncourse.selfcheck import check, check_now\n'
+                  'check_now("{section}");   # the ; keeps the returned details from printing twice')
+CHECK_CODE = ('from attncourse.selfcheck import check\n'
+              'check("{section}");   # the saved file, graded in a fresh kernel')
 
 
 def selfstudy_notebook(release_nb, section: str):
@@ -41,11 +47,13 @@ def selfstudy_notebook(release_nb, section: str):
     import nbformat
 
     nb = copy.deepcopy(release_nb)
-    md = nbformat.v4.new_markdown_cell(CHECK_MD.format(num=section[:2]))
+    md = nbformat.v4.new_markdown_cell(CHECK_MD.format(num=section[:2], section=section))
     md.id = "check-my-work-intro"
+    now = nbformat.v4.new_code_cell(CHECK_NOW_CODE.format(section=section))
+    now.id = "check-my-work-now"
     code = nbformat.v4.new_code_cell(CHECK_CODE.format(section=section))
     code.id = "check-my-work"
-    nb.cells += [md, code]
+    nb.cells += [md, now, code]
     return nb
 
 

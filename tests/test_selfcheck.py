@@ -20,6 +20,7 @@ def test_notebooks_in_sync_with_release(section):
     fresh = selfstudy_notebook(read_nb(ROOT / "release" / section / f"{section}.ipynb"), section)
     assert read_nb(path) == fresh, f"notebooks/{section} is out of date: run ./course build {section}"
     assert f'check("{section}")' in read_nb(path).cells[-1].source
+    assert f'check_now("{section}")' in read_nb(path).cells[-2].source
 
 
 @pytest.mark.xdist_group("selfcheck")
@@ -52,12 +53,58 @@ def test_selfcheck_grades_a_saved_copy(tmp_path, capsys):
         assert secret not in out
 
 
-def test_check_cell_is_a_noop_inside_the_checker(monkeypatch, capsys):
-    from attncourse.selfcheck import RUNNING_ENV, check
+@pytest.mark.parametrize("env", ["ATTNCOURSE_SELFCHECK_RUNNING", "NBGRADER_EXECUTION"])
+def test_check_cells_are_noops_inside_the_checker(env, monkeypatch, capsys):
+    """Inside a kernel nbgrader runs (the saved-file check, autograde, validate) neither check cell does anything."""
+    from attncourse.selfcheck import check, check_now
 
-    monkeypatch.setenv(RUNNING_ENV, "1")
+    monkeypatch.setenv(env, "1")
     assert check(CORPUS_SECTION) is None
+    assert check_now(CORPUS_SECTION, namespace={}) is None
     assert capsys.readouterr().out == ""
+
+
+def _kernel_state(section: str) -> dict:
+    """What a learner's kernel holds after running the instructor's notebook top to bottom (hidden cells and
+    demonstrations left out): the solutions, the given code, GRADER."""
+    from judge.preprocessors import SKIP_TAG
+
+    ns = {"__name__": "__main__"}
+    for c in read_nb(ROOT / "source" / section / f"{section}.ipynb").cells:
+        if (c.cell_type != "code" or SKIP_TAG in (c.metadata.get("tags") or [])
+                or "BEGIN HIDDEN TESTS" in c.source):
+            continue
+        exec(compile("\n".join(ln for ln in c.source.splitlines() if not ln.lstrip().startswith(("%", "!"))),
+                     "<cell>", "exec"), ns)
+    return ns
+
+
+def test_check_now_judges_what_the_kernel_holds(monkeypatch, capsys):
+    """check_now: the hidden cells run on this kernel's definitions, with the grading judge's words; a wrong
+    function loses its exercise's points (and only those), a missing one says to run its cell, and the hidden
+    cells leave no name behind (their time is printed by the function, never asserted)."""
+    monkeypatch.chdir(ROOT / "notebooks" / CORPUS_SECTION)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    from attncourse.selfcheck import check_now
+
+    ns = _kernel_state(CORPUS_SECTION)
+    names = set(ns)
+    full = check_now(CORPUS_SECTION, namespace=ns)
+    assert full["score"] == full["max_score"] == total_points(CORPUS_SECTION)
+    assert set(ns) == names, "check_now left names in the learner's namespace"
+
+    exec("def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)", ns)
+    wrong = check_now(CORPUS_SECTION, namespace=ns)
+    by_ex = {e["exercise"]: e for e in wrong["exercises"]}
+    assert by_ex["softmax"]["score"] < by_ex["softmax"]["max_score"]
+    assert "subtract the row maximum" in " ".join(m for c in by_ex["softmax"]["cells"] for m in c["messages"])
+    assert all(e["score"] == e["max_score"] for name, e in by_ex.items() if name != "softmax")
+
+    del ns["SelfAttention"]
+    one = check_now(CORPUS_SECTION, "SelfAttention", namespace=ns)
+    assert [e["exercise"] for e in one["exercises"]] == ["SelfAttention"] and one["score"] == 0
+    assert "run the cell that defines it first" in one["exercises"][0]["cells"][0]["messages"][0]
+    assert "BEGIN HIDDEN" not in capsys.readouterr().out
 
 
 @pytest.mark.xdist_group("selfcheck")
