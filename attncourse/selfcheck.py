@@ -33,6 +33,34 @@ def _being_graded() -> bool:
     return bool(os.environ.get(RUNNING_ENV) or os.environ.get("NBGRADER_EXECUTION"))
 
 
+def _course_and_section(section: str, root=None) -> tuple[Path, str]:
+    """The course checkout (``root``, or the one found from here) and the section's full name; SystemExit
+    with the reason when either cannot be found."""
+    root = Path(root) if root else _course_root()
+    if root is None:
+        raise SystemExit("cannot find the course folder (graders/data): run this inside the course checkout")
+    try:
+        return root, resolve_section(section)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _tally(exercises: dict, name: str, grade_id: str, got: float, full: float, messages: list) -> None:
+    """Add one graded cell's points and messages to its exercise's line."""
+    ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
+    ex["score"] += got
+    ex["max_score"] += full
+    ex["cells"].append({"cell": grade_id, "score": got, "max_score": full, "messages": messages})
+
+
+def _result(section: str, exercises: dict, t0: float) -> dict:
+    """What a check returns: the section, each exercise's line, the totals and the seconds it took."""
+    return {"section": section, "exercises": list(exercises.values()),
+            "score": sum(e["score"] for e in exercises.values()),
+            "max_score": sum(e["max_score"] for e in exercises.values()),
+            "seconds": round(time.time() - t0, 1)}
+
+
 def _course_root():
     from .kernel.grader import find_course_root
 
@@ -54,13 +82,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
     from judge.scratch import course_files, write_course
 
     t0 = time.time()
-    root = Path(root) if root else _course_root()
-    if root is None:
-        raise SystemExit("cannot find the course folder (graders/data): run this inside the course checkout")
-    try:
-        section = resolve_section(section)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+    root, section = _course_and_section(section, root)
     notebook = Path(notebook) if notebook else root / "notebooks" / section / f"{section}.ipynb"
     try:   # the saved file itself, never through a link
         saved = read_regular(notebook, MAX_NOTEBOOK_BYTES)
@@ -100,18 +122,10 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
                       if g.cell_type == "code"}
     exercises: dict = {}
     for cell in grade_cells(nb):
-        if cell.grade_id not in points:
-            continue
-        name = ", ".join(cell.exercises) or VISIBLE
-        got, full = points[cell.grade_id]
-        ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
-        ex["score"] += got
-        ex["max_score"] += full
-        ex["cells"].append({"cell": cell.grade_id, "score": got, "max_score": full, "messages": cell.messages})
-    return {"section": section, "exercises": list(exercises.values()),
-            "score": sum(e["score"] for e in exercises.values()),
-            "max_score": sum(e["max_score"] for e in exercises.values()),
-            "seconds": round(time.time() - t0, 1)}
+        if cell.grade_id in points:
+            _tally(exercises, ", ".join(cell.exercises) or VISIBLE, cell.grade_id, *points[cell.grade_id],
+                   cell.messages)
+    return _result(section, exercises, t0)
 
 
 def _hidden_cells(root: Path, section: str):
@@ -156,13 +170,7 @@ def check_now(section: str, exercise: str | None = None, namespace: dict | None 
         if shell is None:
             raise SystemExit("check_now runs inside a notebook's kernel; from a shell use ./course check NN")
         namespace = shell.user_ns
-    root = _course_root()
-    if root is None:
-        raise SystemExit("cannot find the course folder (graders/data): run this inside the course checkout")
-    try:
-        section = resolve_section(section)
-    except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+    root, section = _course_and_section(section)
     grader = namespace.get("GRADER")
     if not (isinstance(grader, Grader) and grader.section == section and not grader.autograding):
         grader = Grader(section)
@@ -182,18 +190,10 @@ def check_now(section: str, exercise: str | None = None, namespace: dict | None 
         except Exception as exc:  # noqa: BLE001 - the learner's state: say what is missing
             hint = " (run the cell that defines it first)" if isinstance(exc, NameError) else ""
             messages = [f"{type(exc).__name__}: {exc}{hint}"]
-        name = ", ".join(checked)
-        ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
-        got = 0.0 if messages else points
-        ex["score"] += got
-        ex["max_score"] += points
-        ex["cells"].append({"cell": grade_id, "score": got, "max_score": points, "messages": messages})
+        _tally(exercises, ", ".join(checked), grade_id, 0.0 if messages else points, points, messages)
     if exercise and not exercises:
         raise SystemExit(f"no hidden check of {exercise!r} in {section}")
-    result = {"section": section, "exercises": list(exercises.values()),
-              "score": sum(e["score"] for e in exercises.values()),
-              "max_score": sum(e["max_score"] for e in exercises.values()),
-              "seconds": round(time.time() - t0, 1), "live": True}
+    result = {**_result(section, exercises, t0), "live": True}
     print(format_result(result))
     return result
 
