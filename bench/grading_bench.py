@@ -43,7 +43,7 @@ CELL_TIMEOUT = 10
 
 
 def _submissions(course, section: str, n: int) -> dict:
-    import harness
+    from tests import harness
     from graders import available_sections, load_section
 
     source = harness.slim(course.source_nb(section))
@@ -76,7 +76,7 @@ def _submissions(course, section: str, n: int) -> dict:
 
 def build_class(base: Path, sections: list, per_section: int) -> Path:
     """A course folder with the generated assignments and every submission (the template of each mode's copy)."""
-    import harness
+    from tests import harness
 
     course = harness.Course(base / "template", sections)
     for s in sections:
@@ -238,7 +238,8 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     from nbconvert.preprocessors import Preprocessor
     from nbgrader.converters.autograde import Autograde
 
-    from instructor.config import course_db, duedate, late_plugin
+    from instructor.config import course_db, late_plugin
+    from instructor.gradebook import duedate
     from instructor.gradebook import merge_result
     from instructor.kit import make_kit, submission_files
     from instructor.task import TaskSettings, grade_task, task_environment

@@ -34,8 +34,8 @@ from judge.sandbox import sandbox_status
 from judge.scratch import tree_hash
 
 from . import canary as canaries
-from .config import CourseError, duedate, late_plugin, ready, release_notebook, submitted_students
-from .gradebook import graded_students, merge_result
+from .config import CourseError, late_plugin, ready, release_notebook, submitted_students
+from .gradebook import duedate, graded_students, merge_result
 from .kit import KitFutures, make_kit, submission_files
 from .outcome import section_report, why_not_graded
 from .prescan import prescan_class

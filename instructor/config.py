@@ -44,7 +44,9 @@ def ready(root: Path, sections) -> tuple[str, str]:
 
 def check_section(root: Path, section: str, db_url: str, course_id: str):
     """Refuse, with what to run instead, a section that cannot be graded yet."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import MissingEntry
+
+    from .gradebook import has_section
 
     if not (root / "source" / section / f"{section}.ipynb").is_file():
         raise CourseError(f"{section}: no source/{section}/{section}.ipynb in {root}")
@@ -52,21 +54,12 @@ def check_section(root: Path, section: str, db_url: str, course_id: str):
     if db_url.startswith("sqlite:///") and not Path(db_url[len("sqlite:///"):]).is_file():
         raise CourseError(f"there is no gradebook yet ({db_url}): {run}")
     try:
-        with Gradebook(db_url, course_id) as gb:
-            gb.find_assignment(section)
+        if not has_section(db_url, course_id, section):
+            raise MissingEntry()
     except MissingEntry:
         raise CourseError(f"{section} is not in the gradebook yet: {run}") from None
     except Exception as exc:  # noqa: BLE001 - a database that cannot be opened
         raise CourseError(f"cannot open the gradebook {db_url}: {type(exc).__name__}: {exc}") from None
-
-
-def duedate(db_url, course_id, section):
-    """The section's due date in the gradebook (ISO text), or None."""
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url, course_id) as gb:
-        d = gb.find_assignment(section).duedate
-        return d.isoformat() if d else None
 
 
 def late_plugin(root: Path):

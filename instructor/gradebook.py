@@ -1,9 +1,31 @@
-"""The course gradebook, written by one writer: scores read back, and each task's result merged in."""
+"""The course gradebook: the one module that opens it (nbgrader's ``Gradebook``). Written by one writer (the
+coordinator merges each task's result); read for the sections it holds, due dates and scores."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from judge.files import remove, write_tree
+
+
+def has_section(db_url, course_id, section) -> bool:
+    """Whether the gradebook knows ``section`` (``nbgrader generate_assignment`` put it there)."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(db_url, course_id) as gb:
+        try:
+            gb.find_assignment(section)
+            return True
+        except MissingEntry:
+            return False
+
+
+def duedate(db_url, course_id, section):
+    """The section's due date in the gradebook (ISO text), or None."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url, course_id) as gb:
+        d = gb.find_assignment(section).duedate
+        return d.isoformat() if d else None
 
 
 def gradebook_scores(db_url, course_id, section) -> dict:
