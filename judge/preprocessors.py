@@ -9,8 +9,9 @@ messages (:data:`attncourse.protocol.cases.INPUTS_FILE`); the setup cell's
 publishes a record of what the student's code gave back.  When the kernel has
 stopped the scratch folder is deleted (``shutil.rmtree`` never follows links):
 nothing the kernel wrote comes back, only the notebook's outputs.  Sandboxed, the
-kernel does not even see that folder: it works in a size-limited tmpfs at the same
-path, holding the inputs file read-only (:mod:`judge.sandbox`).
+kernel does not even see that folder: it works in a size-limited tmpfs holding the
+inputs file read-only, at the same path (a fresh sandbox, :mod:`judge.sandbox`) or at
+``/run/attncourse/work`` (a kernel forked by the fork server, :mod:`judge.zygote`).
 
 ``JudgeRecords`` (after it, before ``SaveAutoGrades``) sets what nbgrader scores.
 It first deletes every ``attncourse`` key from the notebook's and the cells' metadata: the student

@@ -34,6 +34,10 @@ variable naming the course folder), then ``exec``s the kernel inside ``bwrap``:
 Before the first kernel, :func:`bwrap_works` starts a Python in exactly this sandbox and asks it
 (:data:`PROBE`): any privilege, process, remount, namespace or writable root it finds refuses grading.
 
+By default the launcher above is the fallback: each grading process forks its kernels from a preloaded fork
+server (:mod:`judge.zygote`), whose children enter a sandbox of the same kind (their own namespaces, tmpfs,
+no privilege, this filter) before any student code runs, and which is asked the same probe first.
+
 Environment (read by the nbgrader process):
 
 * ``ATTNCOURSE_SANDBOX`` — ``auto`` (the default) and ``1``: kernels run sandboxed,
@@ -205,7 +209,7 @@ def _private_entries(top: str = "/etc") -> list[tuple[str, bool]]:
     return out
 
 
-def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=None):
+def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=None, zygote_dirs=None):
     """``cmd`` wrapped in bwrap: system and Python read-only, ``rw`` writable, ``work`` a private tmpfs.
 
     The kernel runs as uid/gid 65534 in a user namespace of its own with no capability, ``no_new_privs`` and
@@ -215,11 +219,19 @@ def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccom
     ``/tmp`` is a tmpfs of ``tmp_mb`` MB, ``/dev/shm`` one of :data:`DEV_SHM_MB` MB; ``/dev`` and the
     sandbox's root are read-only. ``env``: the kernel's whole environment (``--clearenv``);
     ``seccomp_fd``: an open seccomp program (:func:`seccomp_program`).
+
+    ``zygote_dirs``: the sandbox of the kernels' fork server (:mod:`judge.zygote`) instead of a kernel's: the same
+    mounts plus these empty folders, and it keeps its capabilities *inside* its user namespace (it builds each
+    kernel's namespaces and mounts, then drops them all in the kernel: :mod:`attncourse.kernel.forkserver`).
     """
     size = str(max(1, tmp_mb) * 1024 * 1024)
     uid = str(SANDBOX_UID)
     args = [bwrap_program() or "bwrap", "--die-with-parent", "--unshare-all", "--unshare-user",
-            "--uid", uid, "--gid", uid, "--disable-userns", "--assert-userns-disabled", "--cap-drop", "ALL",
+            # the fork server's children mount a fresh /proc: that needs the user namespace that owns the mounts
+            # (bwrap nests another for --disable-userns, and for any --uid but 0 when started by root); each kernel
+            # then enters a user namespace of its own as uid 65534, where no further one may be made
+            *(["--uid", "0", "--gid", "0", "--cap-add", "ALL"] if zygote_dirs is not None else
+              ["--uid", uid, "--gid", uid, "--disable-userns", "--assert-userns-disabled", "--cap-drop", "ALL"]),
             "--new-session", "--proc", "/proc", "--dev", "/dev",
             "--size", size, "--tmpfs", "/tmp",
             # in its own PID namespace the kernel's parent is bwrap's pid 1: ipykernel would read that
@@ -256,6 +268,8 @@ def bwrap_command(cmd, rw=(), work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccom
             if os.path.isfile(src) and not os.path.islink(src):
                 args += ["--ro-bind", src, src]
         args += ["--chdir", work]
+    for d in zygote_dirs or ():
+        args += ["--dir", d]
     args += ["--remount-ro", "/"]     # the sandbox's root (a tmpfs holding the mount points) stays as built
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
