@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attncourse.protocol.cases import StoredCase
+from attncourse.protocol.cases import DEVICE_ARG, StoredCase
 from .diagnose import matches, which_mistake
 from attncourse.protocol.records import Got, decode
 
@@ -69,6 +69,9 @@ class Cmp:
     dtype: str | None = None       # "torch.float32"... (None: any)
     atol: float = 1e-4
     rtol: float = 1e-4
+    # The device comes from an argument (``causal_mask(T, device=...)``, the case passes :data:`DEVICE_ARG`), not
+    # from an input tensor: a wrong device is then "asked for", not "the input's".
+    device_asked: bool = False
 
     @property
     def meta(self) -> bool:
@@ -82,7 +85,17 @@ class Cmp:
         else:
             kind = "cpu" if device in (None, "cpu", "meta") else "accel"
             atol, rtol = TOLERANCES[(spec.dtype if spec.kind != "value" else "float32", kind)]
-        return cls(api=spec.api, device=device, dtype=dtype, atol=atol, rtol=rtol)
+        asked = DEVICE_ARG in _strings(spec.args) + _strings(list((spec.kwargs or {}).values()))
+        return cls(api=spec.api, device=device, dtype=dtype, atol=atol, rtol=rtol, device_asked=asked)
+
+
+def _strings(value, depth=0) -> list:
+    """The plain strings among a case's stored arguments (nested lists and tuples included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and depth < 4:
+        return [s for v in value for s in _strings(v, depth + 1)]
+    return []
 
 
 def expected_device(spec: StoredCase) -> str | None:
@@ -290,6 +303,11 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
             if g.kind != "tensor":
                 return f"{name} should be a torch.Tensor, got {g.describe()}", None
             if cmp.device is not None and g.device.split(":")[0] != cmp.device:
+                if cmp.device_asked:   # no input tensor: the device was an argument
+                    return problem(f"{name} is on device '{g.device}' but device '{cmp.device}' was asked for "
+                                   "(the device argument)",
+                                   "the device argument is ignored: the tensor is created on a fixed device (the "
+                                   "default one) or moved with .to('cpu')/.cuda(); create it directly on `device`."), None
                 return problem(f"{name} is on device '{g.device}' but the input was on '{cmp.device}'",
                                "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
                                "the input's device."), None

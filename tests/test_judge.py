@@ -203,3 +203,12 @@ def test_a_device_argument_and_an_exact_dtype_are_graded():
     assert _mask_verdict(ref) == ""
     assert "created on a fixed device" in _mask_verdict(ref.replace(", device=device", ""))
     assert "should be a torch.bool tensor, got torch.float32" in _mask_verdict(ref.replace("dtype=torch.bool", "dtype=torch.float32"))
+
+
+def test_a_device_asked_for_is_not_called_the_inputs():
+    """causal_mask has no input tensor: its device comes from the device argument, and the message says so."""
+    ref = "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool, device=device).tril()\n"
+    words = _mask_verdict(ref.replace(", device=device", ""))
+    assert "mask is on device 'cpu' but device 'meta' was asked for (the device argument)" in words
+    assert "the input was on" not in words
+
