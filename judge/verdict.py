@@ -226,8 +226,8 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
     nonfinite, converted = _check_parts([(g, e, name) for (g, e), name in zip(parts, names)], cmp)
     if converted is None:
         return nonfinite
-    if cmp.meta:
-        return None
+    if cmp.meta:   # no values: only the structure is graded
+        return nonfinite if isinstance(nonfinite, ExtraKeys) else None
     value = tuple(converted) if isinstance(expected, tuple) else converted[0]
     if not nonfinite and matches(value, expected, cmp.atol, cmp.rtol):
         return None
@@ -235,8 +235,8 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
     hint = which_mistake(value, mistakes, messages, cmp.atol, cmp.rtol)
     wrong, verb = _which_part_wrong(value, expected, names, cmp)
     if hint:
-        return problem(f"{wrong} {verb} wrong", hint)
-    if nonfinite:   # NaN or inf that no catalogued mistake explains: the general causes
+        return problem(nonfinite if isinstance(nonfinite, ExtraKeys) else f"{wrong} {verb} wrong", hint)
+    if nonfinite:   # NaN or inf (or extra keys) that no catalogued mistake explains: the general causes
         return nonfinite
     return f"{wrong} {verb} wrong. {spec.hint or GENERIC_HINT}"
 
@@ -276,19 +276,33 @@ def _nested_numbers(g: Got, depth=0):
     raise Refused(f"expected numbers, found {g.describe()}")
 
 
-class NonFinite(Problem):
-    """A problem of :func:`check_part` that still has a value: NaN or inf where the reference has none.  The
-    caller first asks whether a catalogued mistake produces those very values (its message names the cause,
-    e.g. an inverted mask that leaves a row with no key); if none does, this general message is shown."""
+class Partial(Problem):
+    """A problem of :func:`check_part` that still has a value.  The caller first asks whether a catalogued
+    mistake produces those very values (its message names the cause); if none does, this message is shown."""
+
+
+class NonFinite(Partial):
+    """NaN or inf where the reference has none (a catalogued mistake may explain them, e.g. an inverted mask that
+    leaves a row with no key)."""
+
+
+class ExtraKeys(Partial):
+    """A dict with every expected key and more: its value holds the extra entries too (a catalogued mistake may
+    produce that very dict); the message names a few of the extra keys."""
+
+
+def _few(keys: list, n: int = 5) -> str:
+    """A list of keys as the feedback shows it: all of them when few, else the first ``n`` and how many in all."""
+    return repr(keys) if len(keys) <= n else f"{keys[:n]!r} and {len(keys) - n} more"
 
 
 def _check_parts(parts, cmp: Cmp):
     """:func:`check_part` over ``(got, expected, name)`` triples: ``(problem, values)``.  The first problem that
-    has no value ends it (values ``None``); a :class:`NonFinite` one is kept (the first) and the values go on."""
+    has no value ends it (values ``None``); a :class:`Partial` one is kept (the first) and the values go on."""
     values, nonfinite = [], None
     for g, e, name in parts:
         problem, value = check_part(g, e, name, cmp)
-        if problem and not isinstance(problem, NonFinite):
+        if problem and not isinstance(problem, Partial):
             return problem, None
         nonfinite = nonfinite or problem
         values.append(value)
@@ -297,7 +311,7 @@ def _check_parts(parts, cmp: Cmp):
 
 def check_part(g: Got, e, name: str, cmp: Cmp):
     """Type/device/dtype/shape/finiteness of one returned value; returns (problem, plain value).  A
-    :class:`NonFinite` problem comes with the value; any other problem with ``None``."""
+    :class:`Partial` problem comes with the value; any other problem with ``None``."""
     if isinstance(e, np.ndarray):
         if cmp.api == "torch":
             if g.kind != "tensor":
@@ -355,10 +369,21 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
             return f"{name} should be a dict, got {g.describe()}", None
         have = dict(zip(g.keys, g.items))
         missing = [k for k in e if k not in have]
+        extra = [k for k in have if k not in e]
         if missing:
-            return f"{name} is missing the keys {missing}", None
+            also = f" and has keys it should not have: {_few(extra)}" if extra else ""
+            return f"{name} is missing the keys {_few(missing)}{also}", None
         found, values = _check_parts([(have[k], e[k], f"{name}[{k!r}]") for k in e], cmp)
-        return found, (None if values is None else dict(zip(e, values)))
+        if values is None or not extra:
+            return found, (None if values is None else dict(zip(e, values)))
+        # Every expected key and more: refused, naming a few extra keys.  The extra values are read like the
+        # expected ones (the first as the template) so that a catalogued mistake's dict can still be recognised.
+        refused = f"{name} has keys it should not have: {_few(extra)}"
+        template = next(iter(e.values()), None)
+        _, more = _check_parts([(have[k], template, f"{name}[{k!r}]") for k in extra], cmp) if e else (None, None)
+        if more is None:
+            return Problem(refused), None
+        return (found or ExtraKeys(refused)), {**dict(zip(e, values)), **dict(zip(extra, more))}
     if isinstance(e, str):
         if g.kind != "str":
             return f"{name} should be a str, got {g.describe()}", None

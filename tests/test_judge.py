@@ -212,3 +212,23 @@ def test_a_device_asked_for_is_not_called_the_inputs():
     assert "mask is on device 'cpu' but device 'meta' was asked for (the device argument)" in words
     assert "the input was on" not in words
 
+
+def _vocab_verdict(code, case="corpus_a"):
+    return _words("01_tokens", "build_vocab", case, code)
+
+
+def test_extra_keys_of_a_dict_are_refused_naming_a_few():
+    """A dict with every expected key and more is wrong: a catalogued mistake's very dict is named, any other
+    names its first extra keys (a few, with how many more)."""
+    from graders import load_section
+
+    ex = load_section("01_tokens").exercise("build_vocab")
+    assert _vocab_verdict(ex.reference) == ""
+    extra = ex.reference.replace("    return vocab",
+                                 "    for i in range(40):\n        vocab[f'w{i}'] = len(vocab)\n    return vocab")
+    words = _vocab_verdict(extra)
+    assert "vocab has keys it should not have: ['w0', 'w1', 'w2', 'w3', 'w4'] and 35 more" in words
+    assert "'w5'" not in words
+    specials = next(m for m in ex.mistakes if m.key == "extra_specials")
+    words = _vocab_verdict(specials.code, "corpus_b")
+    assert "['[BOS]', '[EOS]']" in words and f"Most likely cause: {specials.message}" in words
