@@ -16,7 +16,7 @@ when no autograder is judging.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def _strings(value, depth=0) -> list:
 
 def expected_device(spec: StoredCase) -> str | None:
     """The device type a case's inputs are on, as this machine resolves it (``best`` = CUDA when present)."""
-    if spec.kind in ("value", "raises"):
+    if spec.kind in ("value", "raises", "attributes"):
         return None
     if spec.device == "best":
         from attncourse.teach.devices import best_device
@@ -168,7 +168,26 @@ def _judge(spec: StoredCase | None, record: dict, messages: dict):
         return "the grader's record is malformed (tampering suspected)"
     if spec.kind == "property":
         return _judge_property(spec, got, cmp, wording)
+    if spec.kind == "attributes":
+        return _judge_attributes(spec, got, cmp, messages, wording)
     return compare(got, spec, cmp, messages)
+
+
+def _judge_attributes(spec: StoredCase, got: Got, cmp: Cmp, messages: dict, wording) -> str | None:
+    """A case of kind ``attributes``: the kernel built the module and recorded, as a dict, those of the attributes
+    named in ``labels`` it has.  A missing one gets the section's words (``wording("attribute.<name>")``); the
+    values are then compared in label order, a catalogued mistake named as for any answer."""
+    if got.kind != "dict":
+        return "the grader's record is malformed (tampering suspected)"
+    have = dict(zip(got.keys, got.items))
+    names = list(spec.labels or [])
+    for name in names:
+        if name not in have:
+            return (wording(f"attribute.{name}") or f"the module has no attribute '{name}' after __init__: the "
+                    f"contract names it (set self.{name} in __init__)")
+    values = Got("tuple", type_name="tuple", items=[have[n] for n in names])
+    shown = replace(spec, labels=[f"the attribute self.{n}" for n in names])
+    return compare(values, shown, cmp, messages)
 
 
 def explain_exception(error: dict, device: str | None) -> Problem:

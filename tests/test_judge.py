@@ -232,3 +232,17 @@ def test_extra_keys_of_a_dict_are_refused_naming_a_few():
     specials = next(m for m in ex.mistakes if m.key == "extra_specials")
     words = _vocab_verdict(specials.code, "corpus_b")
     assert "['[BOS]', '[EOS]']" in words and f"Most likely cause: {specials.message}" in words
+
+
+def test_the_attributes_a_module_contract_names_are_graded():
+    """04's MultiHeadAttention must have n_heads and d_k: a missing one and a wrong value are named."""
+    from graders import load_section
+    from graders.s04_multi_head import ATTR_MISSING
+
+    ex = load_section("04_multi_head").exercise("MultiHeadAttention")
+    verdict = functools.partial(_words, "04_multi_head", "MultiHeadAttention", "attributes")
+    assert verdict(ex.reference) == ""
+    no_dk = ex.reference.replace("self.d_k", "self.head_size")
+    assert ATTR_MISSING["d_k"] in verdict(no_dk)
+    wrong = next(m for m in ex.mistakes if m.key == "d_k_is_d_model")
+    assert f"The attribute self.d_k is wrong. Most likely cause: {wrong.message}" in verdict(wrong.code)
