@@ -91,6 +91,9 @@ def run_case(obj, case: Case, stored, context: dict):
     args = _rounded(stored.args or [], cast_dtype, case.api, context)
     kwargs = {k: _rounded(v, cast_dtype, case.api, context) for k, v in (stored.kwargs or {}).items()}
     with torch.no_grad():
+        if case.kind == "attributes":   # the contract's attributes of a freshly built module, in label order
+            m = obj(**case.init)
+            return _master(tuple(getattr(m, name) for name in case.labels))
         if case.kind == "module":
             torch.manual_seed(0)
             m = obj(**case.init).to(torch.float64)
@@ -194,8 +197,9 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
         return stored.to_dict()
     drawn = case_inputs(case) if inputs is None else inputs
     stored.args, stored.kwargs = drawn.get("args", []), drawn.get("kwargs", {})
-    if case.kind == "module":
+    if case.kind in ("module", "attributes"):
         stored.init = dict(case.init)
+    if case.kind == "module":
         stored.params = drawn.get("params", {})
     if case.kind == "raises":
         return stored.to_dict()

@@ -22,8 +22,9 @@ CORPUS_B = ["Attention is all you need", "you need data", "ATTENTION please"]
 # markers are comments, harmless when the code runs.
 VOCAB_REF = CELLS["build_vocab"]
 
-# A dict with extra or missing keys cannot be matched against a stored mistake (the grader
-# compares only the expected keys), so the checklist below is shown for any wrong vocabulary.
+# A dict with missing keys is refused naming them; one with extra keys is refused naming a few of them, unless it
+# is a catalogued mistake's very dict (then that mistake is named).  The checklist below is shown for any other
+# wrong vocabulary.
 VOCAB_HINT = ("Check each step: start from {'[PAD]': 0, '[UNK]': 1}; split every sentence with tokenize() so "
               "words are lowercased; give a word the next free id only the first time it appears.")
 
@@ -69,7 +70,20 @@ def build_vocab(corpus):
             if word not in vocab:
                 vocab[word] = len(vocab)
     return vocab
-''', shows="lowercased"),
+'''),
+        Mistake("extra_specials", "the vocabulary has entries that are neither [PAD], [UNK] nor a word of the "
+                "corpus (extra special tokens): the contract is exactly {'[PAD]': 0, '[UNK]': 1} and the corpus's "
+                "words.", '''
+def build_vocab(corpus):
+    vocab = {PAD: 0, UNK: 1}
+    for sentence in corpus:
+        for word in tokenize(sentence):
+            if word not in vocab:
+                vocab[word] = len(vocab)
+    for special in ("[BOS]", "[EOS]"):
+        vocab[special] = len(vocab)
+    return vocab
+'''),
     ],
     variants=[
         Variant("fromkeys", '''

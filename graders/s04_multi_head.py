@@ -1,4 +1,8 @@
-"""Hidden cases for section 04: multi-head attention."""
+"""Hidden cases for section 04: multi-head attention.
+
+``MultiHeadAttention`` is graded as a module on stored weights (``qkv``, ``out``) and, by two ``attributes`` cases,
+on the attributes its contract names (``n_heads``, ``d_k``), read from a freshly built module.
+"""
 import torch
 
 from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
@@ -9,8 +13,18 @@ CELLS = source_cells("04_multi_head")   # the source notebook: solutions and giv
 MHA_REF = CELLS["mha"]
 
 
-def _mistake(old, new):
-    return patch(MHA_REF, old, new)
+def _mistake(*pairs):
+    return patch(MHA_REF, *pairs)
+
+
+# The contract names two attributes, set in __init__ (later sections read them): what the hidden ``attributes``
+# cases say when one is missing.
+ATTR_MISSING = {
+    "n_heads": "the module has no attribute n_heads: the contract names it; store the number of heads as "
+               "self.n_heads in __init__.",
+    "d_k": "the module has no attribute d_k: the contract names it; store the size of one head as "
+           "self.d_k = d_model // n_heads in __init__.",
+}
 
 
 MHA_MISTAKES = [
@@ -33,6 +47,14 @@ MHA_MISTAKES = [
             "the mask is used the wrong way round (nn.MultiheadAttention's convention): in this course True/1 "
             "means 'may attend', so block the positions where the mask is False/0.",
             _mistake("scores.masked_fill(mask == 0,", "scores.masked_fill(mask.bool(),")),
+    Mistake("renamed_attributes", ATTR_MISSING["n_heads"],
+            _mistake("self.n_heads", "self.h", "self.d_k", "self.head_dim")),
+    Mistake("d_k_is_d_model",
+            "self.d_k must be the size of ONE head, d_model // n_heads (the contract names it), not the model "
+            "width d_model.",
+            _mistake("self.d_k = d_model // n_heads", "self.d_k = d_model",
+                     "t.view(B, T, self.n_heads, self.d_k)", "t.view(B, T, self.n_heads, D // self.n_heads)",
+                     "math.sqrt(self.d_k)", "math.sqrt(D // self.n_heads)")),
     Mistake("mask_to_cpu",
             "the mask is moved to the CPU inside forward.",
             _mistake("        if mask is not None:\n",
@@ -125,6 +147,9 @@ def _mha_case(name, what, mask=None, **kw):
                 kwargs=kwargs, seed=kw.pop("seed", 0), **kw)
 
 
+ATTR_HINT = ("self.n_heads is the number of heads the module is built with; self.d_k = d_model // n_heads is the "
+             "size of one head.")
+
 MHA = Exercise(
     name="MultiHeadAttention",
     cell="mha",
@@ -144,7 +169,13 @@ MHA = Exercise(
         _mha_case("meta_padding", "on the meta device, padding mask", mask=lambda g: padding_mask_input(), device="meta"),
         Case("two_heads", "d_model=12, 2 heads, T=3", kind="module", init={"d_model": 12, "n_heads": 2},
              args=lambda g: (_x(g, b=3, t=3, d=12),), params=lambda g: mha_params_input(g, 12), seed=4),
+        Case("attributes", "its attributes n_heads and d_k, built with d_model=24, 3 heads", kind="attributes",
+             api="any", init={"d_model": 24, "n_heads": 3}, labels=["n_heads", "d_k"], hint=ATTR_HINT),
+        Case("attributes_two_heads", "its attributes n_heads and d_k, built with d_model=12, 2 heads",
+             kind="attributes", api="any", init={"d_model": 12, "n_heads": 2}, labels=["n_heads", "d_k"],
+             hint=ATTR_HINT),
     ],
+    messages={f"attribute.{name}": text for name, text in ATTR_MISSING.items()},
 )
 
 PARAMS_REF = CELLS["mha_params"]

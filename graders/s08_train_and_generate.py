@@ -1,7 +1,7 @@
 """Hidden cases for section 08: train a tiny decoder-only model, then generate from it.
 
 Seven graded exercises: ``next_token_loss``, ``train_step``, ``sample_next``, ``generate``,
-``cached_attention`` (each with 4 known mistakes and 2 correct variants), ``fixed_cached_sdpa`` (find the bug:
+``cached_attention`` (each with 4 known mistakes, ``train_step`` 5, and 2 correct variants), ``fixed_cached_sdpa`` (find the bug:
 the student gets its ``is_causal`` mistake to fix; 3 more mistakes, the wrong fixes, and 2 variants) and
 ``predicted_cache_mib`` (predict, then measure: a value with 4 mistakes, 2 extra wrong values and 2 variants).
 
@@ -12,7 +12,8 @@ way):
 * ``train_probe(train_step)`` runs three steps of the student's ``train_step`` on a fresh tiny
   bigram model (a stored weight table, with stale gradients left in it) with plain SGD and reports
   the three losses and the weight table afterwards: the parameter update, clipping and zeroing of
-  gradients all show in it.  It turns gradients on itself (graded calls run under ``no_grad``).
+  gradients all show in it; and 1.0 for each loss returned as a Python float (the contract: ``loss.item()``,
+  not the loss tensor, whose number is right).  It turns gradients on itself (graded calls run under ``no_grad``).
 * ``with_seed(sample_next)`` calls the student's sampler with a fresh ``torch.Generator`` seeded
   with a stored seed (on the logits' device), so a sample is a deterministic answer.  The contract
   names the draw (``torch.multinomial(probs, 1, generator=generator)``), so every correct way of
@@ -119,6 +120,9 @@ STEP = Exercise(
     wrap="train_probe",
     reference=STEP_REF,
     mistakes=[
+        Mistake("returns_tensor", "train_step should return loss.item() (a Python float), not the loss tensor: a "
+                "tensor keeps the whole step's graph (and its memory) alive in a list of losses.",
+                patch(STEP_REF, "    return loss.item()", "    return loss")),
         Mistake("no_zero_grad", "the old gradients are not cleared: .backward() ADDS to p.grad, so call "
                 "optimizer.zero_grad() before the backward pass of every step.",
                 patch(STEP_REF, "    optimizer.zero_grad()                                   # forget the "
@@ -172,17 +176,21 @@ def _step_args(g, lr=0.05, max_norm=1.0, n=3):
     return (table, batches, lr, max_norm)
 
 
+# The probe's third value is 1.0 for each loss train_step returned as a Python float (0.0: a tensor or anything
+# else): a loss tensor has the right number but breaks the contract, and only that value tells them apart.
+_STEP_LABELS = ["losses", "weights after", "the type of each returned loss (a Python float)"]
+
 STEP.cases = [
     Case("three_steps", "three SGD steps on a bigram model, max_norm=1.0", args=lambda g: _step_args(g),
-         labels=["losses", "weights after"]),
+         labels=_STEP_LABELS),
     Case("max_norm", "three SGD steps, max_norm=0.25, lr=0.2", args=lambda g: _step_args(g, lr=0.2, max_norm=0.25),
-         labels=["losses", "weights after"], seed=1),
+         labels=_STEP_LABELS, seed=1),
     Case("no_clipping_needed", "three SGD steps with a max_norm no gradient reaches (1e6)",
-         args=lambda g: _step_args(g, lr=0.01, max_norm=1e6), labels=["losses", "weights after"], seed=2),
+         args=lambda g: _step_args(g, lr=0.01, max_norm=1e6), labels=_STEP_LABELS, seed=2),
     Case("float64", "float64, max_norm=2.0", args=lambda g: _step_args(g, max_norm=2.0), dtype="float64",
-         labels=["losses", "weights after"], seed=3),
+         labels=_STEP_LABELS, seed=3),
     Case("best_device", "on the best device (CUDA when present)", args=lambda g: _step_args(g), device="best",
-         labels=["losses", "weights after"], seed=4),
+         labels=_STEP_LABELS, seed=4),
 ]
 
 # ---------------------------------------------------------------- sample_next

@@ -13,8 +13,9 @@ All but two are graded through a probe of the notebook's locked ``given_probes``
   outputs and the cache's keys and values.
 * ``block_probe(Block)`` and ``gpt_probe(GPT)`` do the same with a stand-in (not attention: a causal running
   mean plus sin(position), with the same interface and cache) in place of the block's attention, or of the
-  model's blocks, so each is graded on its own code; ``gpt_probe`` also reports whether the head's weight *is*
-  the embedding's Parameter.
+  model's blocks, so each is graded on its own code; ``block_probe`` also reports whether the attention the block
+  built is the student's own ``CausalSelfAttention``, and ``gpt_probe`` whether the head's weight *is* the
+  embedding's Parameter.
 
 * ``decay_probe(param_groups)`` builds a fresh model (the parameters of a small tied GPT, or a small
   nn.Sequential with an embedding, a LayerNorm and two linear layers), hands the student's groups to AdamW (which refuses a
@@ -233,6 +234,16 @@ def _block(*pairs):
     return patch(BLOCK_REF, *pairs)
 
 
+# The block's attention must be the student's own CausalSelfAttention (block_probe's third value: 1.0 when the attn
+# it built is an instance of that class), not another attention module: the probe swaps attn for a stand-in, so
+# only that value shows it.  Both mistakes below give the same output, hence one message.
+OWN_ATTENTION = ("self.attn must be your CausalSelfAttention(d_model, n_heads), the class written above, not another "
+                 "attention module (nn.MultiheadAttention, or a copy under another name): the model is built from "
+                 "the attention you wrote.")
+ATTN_COPY = "\n".join(line for line in ATTN_REF.splitlines()
+                      if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
 BLOCK = Exercise(
     name="Block",
     cell="block",
@@ -256,6 +267,12 @@ BLOCK = Exercise(
         Mistake("offset_not_passed", "the offset is not passed to the attention: a cached chunk is then rotated as "
                 "positions 0, 1, ...; call self.attn(ln1(x), past, offset).",
                 _block("self.attn(self.ln1(x), past, offset)", "self.attn(self.ln1(x), past)")),
+        Mistake("torch_attention", OWN_ATTENTION,
+                _block("self.attn = CausalSelfAttention(d_model, n_heads)",
+                       "self.attn = nn.MultiheadAttention(d_model, n_heads, batch_first=True)")),
+        Mistake("copied_attention", OWN_ATTENTION,
+                patch(ATTN_COPY, "class CausalSelfAttention(nn.Module):", "class MyAttention(nn.Module):") + "\n\n\n"
+                + _block("self.attn = CausalSelfAttention(d_model, n_heads)", "self.attn = MyAttention(d_model, n_heads)")),
     ],
     variants=[
         Variant("sublayer", '''
@@ -293,15 +310,17 @@ class Block(nn.Module):
     cases=[],
 )
 
+_BLOCK_LABELS = ["output", "keys", "the type of self.attn (your CausalSelfAttention)"]
+
 BLOCK.cases = [
-    Case("no_cache", "(2, 6, 16), no cache", args=lambda g: (*_rows(2, 6, 16)(g), 0), labels=["output", "keys"],
+    Case("no_cache", "(2, 6, 16), no cache", args=lambda g: (*_rows(2, 6, 16)(g), 0), labels=_BLOCK_LABELS,
          seed=30),
     Case("cached", "(2, 9, 16): 5 rows, then 4 with the cache at offset 5", args=lambda g: (*_rows(2, 9, 16)(g), 5),
-         labels=["output", "keys"], seed=31),
+         labels=_BLOCK_LABELS, seed=31),
     Case("float64", "float64, (1, 7, 8): 6 rows, then one at offset 6", dtype="float64",
-         args=lambda g: (*_rows(1, 7, 8)(g), 6), labels=["output", "keys"], seed=32),
+         args=lambda g: (*_rows(1, 7, 8)(g), 6), labels=_BLOCK_LABELS, seed=32),
     Case("best_device", "on the best device (CUDA when present), (2, 6, 16): 3 rows, then 3 at offset 3",
-         device="best", args=lambda g: (*_rows(2, 6, 16)(g), 3), labels=["output", "keys"], seed=33),
+         device="best", args=lambda g: (*_rows(2, 6, 16)(g), 3), labels=_BLOCK_LABELS, seed=33),
 ]
 
 # ---------------------------------------------------------------- GPT (forward, weight tying)

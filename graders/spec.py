@@ -157,7 +157,8 @@ class Exercise:
     given: str = ""
     context: Callable[[], dict] | None = None
     # The section's own words the judge shows for this exercise, by key: ``property.<label>`` (a failed
-    # invariant of a ``property`` case), ``raises.no_message`` (an error raised without a message).
+    # invariant of a ``property`` case), ``attribute.<name>`` (an attribute an ``attributes`` case names is
+    # missing), ``raises.no_message`` (an error raised without a message).
     messages: dict = field(default_factory=dict)
     # Name of a function in ``given`` that the hidden cells wrap the answer in,
     # ``GRADER.check(ex, case, wrap(answer))``: the build and the tests grade ``wrap(answer)`` too.

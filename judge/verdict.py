@@ -16,11 +16,11 @@ when no autograder is judging.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attncourse.protocol.cases import StoredCase
+from attncourse.protocol.cases import DEVICE_ARG, StoredCase
 from .diagnose import matches, which_mistake
 from attncourse.protocol.records import Got, decode
 
@@ -69,6 +69,9 @@ class Cmp:
     dtype: str | None = None       # "torch.float32"... (None: any)
     atol: float = 1e-4
     rtol: float = 1e-4
+    # The device comes from an argument (``causal_mask(T, device=...)``, the case passes :data:`DEVICE_ARG`), not
+    # from an input tensor: a wrong device is then "asked for", not "the input's".
+    device_asked: bool = False
 
     @property
     def meta(self) -> bool:
@@ -82,12 +85,22 @@ class Cmp:
         else:
             kind = "cpu" if device in (None, "cpu", "meta") else "accel"
             atol, rtol = TOLERANCES[(spec.dtype if spec.kind != "value" else "float32", kind)]
-        return cls(api=spec.api, device=device, dtype=dtype, atol=atol, rtol=rtol)
+        asked = DEVICE_ARG in _strings(spec.args) + _strings(list((spec.kwargs or {}).values()))
+        return cls(api=spec.api, device=device, dtype=dtype, atol=atol, rtol=rtol, device_asked=asked)
+
+
+def _strings(value, depth=0) -> list:
+    """The plain strings among a case's stored arguments (nested lists and tuples included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and depth < 4:
+        return [s for v in value for s in _strings(v, depth + 1)]
+    return []
 
 
 def expected_device(spec: StoredCase) -> str | None:
     """The device type a case's inputs are on, as this machine resolves it (``best`` = CUDA when present)."""
-    if spec.kind in ("value", "raises"):
+    if spec.kind in ("value", "raises", "attributes"):
         return None
     if spec.device == "best":
         from attncourse.teach.devices import best_device
@@ -155,7 +168,26 @@ def _judge(spec: StoredCase | None, record: dict, messages: dict):
         return "the grader's record is malformed (tampering suspected)"
     if spec.kind == "property":
         return _judge_property(spec, got, cmp, wording)
+    if spec.kind == "attributes":
+        return _judge_attributes(spec, got, cmp, messages, wording)
     return compare(got, spec, cmp, messages)
+
+
+def _judge_attributes(spec: StoredCase, got: Got, cmp: Cmp, messages: dict, wording) -> str | None:
+    """A case of kind ``attributes``: the kernel built the module and recorded, as a dict, those of the attributes
+    named in ``labels`` it has.  A missing one gets the section's words (``wording("attribute.<name>")``); the
+    values are then compared in label order, a catalogued mistake named as for any answer."""
+    if got.kind != "dict":
+        return "the grader's record is malformed (tampering suspected)"
+    have = dict(zip(got.keys, got.items))
+    names = list(spec.labels or [])
+    for name in names:
+        if name not in have:
+            return (wording(f"attribute.{name}") or f"the module has no attribute '{name}' after __init__: the "
+                    f"contract names it (set self.{name} in __init__)")
+    values = Got("tuple", type_name="tuple", items=[have[n] for n in names])
+    shown = replace(spec, labels=[f"the attribute self.{n}" for n in names])
+    return compare(values, shown, cmp, messages)
 
 
 def explain_exception(error: dict, device: str | None) -> Problem:
@@ -213,8 +245,8 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
     nonfinite, converted = _check_parts([(g, e, name) for (g, e), name in zip(parts, names)], cmp)
     if converted is None:
         return nonfinite
-    if cmp.meta:
-        return None
+    if cmp.meta:   # no values: only the structure is graded
+        return nonfinite if isinstance(nonfinite, ExtraKeys) else None
     value = tuple(converted) if isinstance(expected, tuple) else converted[0]
     if not nonfinite and matches(value, expected, cmp.atol, cmp.rtol):
         return None
@@ -222,8 +254,8 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
     hint = which_mistake(value, mistakes, messages, cmp.atol, cmp.rtol)
     wrong, verb = _which_part_wrong(value, expected, names, cmp)
     if hint:
-        return problem(f"{wrong} {verb} wrong", hint)
-    if nonfinite:   # NaN or inf that no catalogued mistake explains: the general causes
+        return problem(nonfinite if isinstance(nonfinite, ExtraKeys) else f"{wrong} {verb} wrong", hint)
+    if nonfinite:   # NaN or inf (or extra keys) that no catalogued mistake explains: the general causes
         return nonfinite
     return f"{wrong} {verb} wrong. {spec.hint or GENERIC_HINT}"
 
@@ -263,19 +295,33 @@ def _nested_numbers(g: Got, depth=0):
     raise Refused(f"expected numbers, found {g.describe()}")
 
 
-class NonFinite(Problem):
-    """A problem of :func:`check_part` that still has a value: NaN or inf where the reference has none.  The
-    caller first asks whether a catalogued mistake produces those very values (its message names the cause,
-    e.g. an inverted mask that leaves a row with no key); if none does, this general message is shown."""
+class Partial(Problem):
+    """A problem of :func:`check_part` that still has a value.  The caller first asks whether a catalogued
+    mistake produces those very values (its message names the cause); if none does, this message is shown."""
+
+
+class NonFinite(Partial):
+    """NaN or inf where the reference has none (a catalogued mistake may explain them, e.g. an inverted mask that
+    leaves a row with no key)."""
+
+
+class ExtraKeys(Partial):
+    """A dict with every expected key and more: its value holds the extra entries too (a catalogued mistake may
+    produce that very dict); the message names a few of the extra keys."""
+
+
+def _few(keys: list, n: int = 5) -> str:
+    """A list of keys as the feedback shows it: all of them when few, else the first ``n`` and how many in all."""
+    return repr(keys) if len(keys) <= n else f"{keys[:n]!r} and {len(keys) - n} more"
 
 
 def _check_parts(parts, cmp: Cmp):
     """:func:`check_part` over ``(got, expected, name)`` triples: ``(problem, values)``.  The first problem that
-    has no value ends it (values ``None``); a :class:`NonFinite` one is kept (the first) and the values go on."""
+    has no value ends it (values ``None``); a :class:`Partial` one is kept (the first) and the values go on."""
     values, nonfinite = [], None
     for g, e, name in parts:
         problem, value = check_part(g, e, name, cmp)
-        if problem and not isinstance(problem, NonFinite):
+        if problem and not isinstance(problem, Partial):
             return problem, None
         nonfinite = nonfinite or problem
         values.append(value)
@@ -284,12 +330,17 @@ def _check_parts(parts, cmp: Cmp):
 
 def check_part(g: Got, e, name: str, cmp: Cmp):
     """Type/device/dtype/shape/finiteness of one returned value; returns (problem, plain value).  A
-    :class:`NonFinite` problem comes with the value; any other problem with ``None``."""
+    :class:`Partial` problem comes with the value; any other problem with ``None``."""
     if isinstance(e, np.ndarray):
         if cmp.api == "torch":
             if g.kind != "tensor":
                 return f"{name} should be a torch.Tensor, got {g.describe()}", None
             if cmp.device is not None and g.device.split(":")[0] != cmp.device:
+                if cmp.device_asked:   # no input tensor: the device was an argument
+                    return problem(f"{name} is on device '{g.device}' but device '{cmp.device}' was asked for "
+                                   "(the device argument)",
+                                   "the device argument is ignored: the tensor is created on a fixed device (the "
+                                   "default one) or moved with .to('cpu')/.cuda(); create it directly on `device`."), None
                 return problem(f"{name} is on device '{g.device}' but the input was on '{cmp.device}'",
                                "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
                                "the input's device."), None
@@ -337,10 +388,21 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
             return f"{name} should be a dict, got {g.describe()}", None
         have = dict(zip(g.keys, g.items))
         missing = [k for k in e if k not in have]
+        extra = [k for k in have if k not in e]
         if missing:
-            return f"{name} is missing the keys {missing}", None
+            also = f" and has keys it should not have: {_few(extra)}" if extra else ""
+            return f"{name} is missing the keys {_few(missing)}{also}", None
         found, values = _check_parts([(have[k], e[k], f"{name}[{k!r}]") for k in e], cmp)
-        return found, (None if values is None else dict(zip(e, values)))
+        if values is None or not extra:
+            return found, (None if values is None else dict(zip(e, values)))
+        # Every expected key and more: refused, naming a few extra keys.  The extra values are read like the
+        # expected ones (the first as the template) so that a catalogued mistake's dict can still be recognised.
+        refused = f"{name} has keys it should not have: {_few(extra)}"
+        template = next(iter(e.values()), None)
+        _, more = _check_parts([(have[k], template, f"{name}[{k!r}]") for k in extra], cmp) if e else (None, None)
+        if more is None:
+            return Problem(refused), None
+        return (found or ExtraKeys(refused)), {**dict(zip(e, values)), **dict(zip(extra, more))}
     if isinstance(e, str):
         if g.kind != "str":
             return f"{name} should be a str, got {g.describe()}", None

@@ -203,3 +203,46 @@ def test_a_device_argument_and_an_exact_dtype_are_graded():
     assert _mask_verdict(ref) == ""
     assert "created on a fixed device" in _mask_verdict(ref.replace(", device=device", ""))
     assert "should be a torch.bool tensor, got torch.float32" in _mask_verdict(ref.replace("dtype=torch.bool", "dtype=torch.float32"))
+
+
+def test_a_device_asked_for_is_not_called_the_inputs():
+    """causal_mask has no input tensor: its device comes from the device argument, and the message says so."""
+    ref = "def causal_mask(T, device=None):\n    return torch.ones(T, T, dtype=torch.bool, device=device).tril()\n"
+    words = _mask_verdict(ref.replace(", device=device", ""))
+    assert "mask is on device 'cpu' but device 'meta' was asked for (the device argument)" in words
+    assert "the input was on" not in words
+
+
+def _vocab_verdict(code, case="corpus_a"):
+    return _words("01_tokens", "build_vocab", case, code)
+
+
+def test_extra_keys_of_a_dict_are_refused_naming_a_few():
+    """A dict with every expected key and more is wrong: a catalogued mistake's very dict is named, any other
+    names its first extra keys (a few, with how many more)."""
+    from graders import load_section
+
+    ex = load_section("01_tokens").exercise("build_vocab")
+    assert _vocab_verdict(ex.reference) == ""
+    extra = ex.reference.replace("    return vocab",
+                                 "    for i in range(40):\n        vocab[f'w{i}'] = len(vocab)\n    return vocab")
+    words = _vocab_verdict(extra)
+    assert "vocab has keys it should not have: ['w0', 'w1', 'w2', 'w3', 'w4'] and 35 more" in words
+    assert "'w5'" not in words
+    specials = next(m for m in ex.mistakes if m.key == "extra_specials")
+    words = _vocab_verdict(specials.code, "corpus_b")
+    assert "['[BOS]', '[EOS]']" in words and f"Most likely cause: {specials.message}" in words
+
+
+def test_the_attributes_a_module_contract_names_are_graded():
+    """04's MultiHeadAttention must have n_heads and d_k: a missing one and a wrong value are named."""
+    from graders import load_section
+    from graders.s04_multi_head import ATTR_MISSING
+
+    ex = load_section("04_multi_head").exercise("MultiHeadAttention")
+    verdict = functools.partial(_words, "04_multi_head", "MultiHeadAttention", "attributes")
+    assert verdict(ex.reference) == ""
+    no_dk = ex.reference.replace("self.d_k", "self.head_size")
+    assert ATTR_MISSING["d_k"] in verdict(no_dk)
+    wrong = next(m for m in ex.mistakes if m.key == "d_k_is_d_model")
+    assert f"The attribute self.d_k is wrong. Most likely cause: {wrong.message}" in verdict(wrong.code)

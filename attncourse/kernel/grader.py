@@ -214,6 +214,8 @@ def run(spec: StoredCase, answer, context: dict) -> dict:
             got, exc = call_guarded(answer, *args, **kwargs)
             out.update(error_facts(exc) if exc is not None else {"answer": {"k": "other", "type": "no exception"}})
             return out
+        if spec.kind == "attributes":
+            return _attributes(answer, spec, out)
         device = _device(spec)
         out["device"] = T.str_(device)
         dtype = T.FLOAT_DTYPES[spec.dtype]
@@ -235,6 +237,22 @@ def run(spec: StoredCase, answer, context: dict) -> dict:
         out.update(error_facts(exc) if exc is not None else encode_answer(got))
     except _MissingContext as missing:
         out["problem"] = f"the test needs {missing.args[0]!r} to be passed to the grader"
+    return out
+
+
+def _attributes(cls, spec: StoredCase, out: dict) -> dict:
+    """A module built with ``init`` on the CPU: its attributes named in ``labels`` that it has, as a dict (the judge
+    names a missing one)."""
+    module, problem = _build_module(cls, spec, T.t_float32, T.cpu)
+    if problem:
+        out["problem"] = problem
+        return out
+    found = {}
+    for name in spec.labels or []:
+        value, exc = call_guarded(T.getattr_, module, name)
+        if exc is None:
+            found[name] = value
+    out.update(encode_answer(found))
     return out
 
 

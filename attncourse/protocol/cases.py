@@ -31,8 +31,10 @@ class StoredCase:
 
     ``kind``: ``call`` (a function on ``args``/``kwargs``), ``module`` (an nn.Module built
     with ``init``, loaded with ``params``, called on ``args``), ``value`` (a hand-computed
-    answer), ``raises`` (a call that must raise one of ``raises``) or ``property``
-    (invariants of the output named by ``labels``, see :mod:`judge.verdict`).
+    answer), ``raises`` (a call that must raise one of ``raises``), ``property``
+    (invariants of the output named by ``labels``, see :mod:`judge.verdict`) or ``attributes`` (an
+    nn.Module built with ``init`` on the CPU: the values of its attributes named by ``labels``, which
+    the contract names, e.g. ``n_heads`` and ``d_k``).
     ``device`` is ``cpu``, ``best`` (the best accelerator present) or ``meta``; ``api`` is
     ``torch`` (outputs must be exact tensors on the input's device and dtype), ``numpy`` or
     ``any``.  An argument :data:`DEVICE_ARG` is the case's device.  Fields that are ``None`` are absent
