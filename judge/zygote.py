@@ -91,7 +91,6 @@ print(json.dumps({
     "tmp": sorted(os.listdir("/tmp")), "shm": sorted(os.listdir("/dev/shm")),
     "pts": sorted(os.listdir("/dev/pts")),
     "work": sorted(os.listdir(".")),
-    "net": sorted(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else [],
     "leave": [open(p, "w").write("x") for p in ("/tmp/left-behind", "/dev/shm/left-behind")],
 }))
 """
@@ -147,41 +146,19 @@ class Zygote:
 _ZYGOTES: dict = {}   # settings -> Zygote, oldest first
 _WHY: dict = {}
 _LOCK = threading.Lock()
-_SPAWN = None         # runs a function on the spawner thread (below)
+_SPAWN = None         # the spawner thread's executor (below)
 _MAX = 3              # fork servers one process keeps (a Dask worker grading runs with other settings)
 
 
 def _spawner():
-    """A thread that lives as long as the process: bwrap's --die-with-parent follows the thread that started it."""
-    import queue
-    import threading
-
+    """One thread that lives as long as the process (a one-thread executor never retires its thread): bwrap's
+    --die-with-parent follows the thread that started it, so every fork server is started there."""
     global _SPAWN
-    if _SPAWN is not None:
-        return _SPAWN
-    q: queue.Queue = queue.Queue()
+    if _SPAWN is None:
+        from concurrent.futures import ThreadPoolExecutor
 
-    def loop():
-        while True:
-            fn, box, done = q.get()
-            try:
-                box.append(fn())
-            except BaseException as exc:   # handed back to the caller
-                box.append(exc)
-            done.set()
-
-    threading.Thread(target=loop, name="attncourse-zygote-spawner", daemon=True).start()
-
-    def spawn(fn):
-        box, done = [], threading.Event()
-        q.put((fn, box, done))
-        done.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
-
-    _SPAWN = spawn
-    return spawn
+        _SPAWN = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attncourse-zygote-spawner")
+    return _SPAWN
 
 
 def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
@@ -207,9 +184,9 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
         cmd = [sys.executable, "-Xfrozen_modules=off", "-m", "attncourse.kernel.forkserver",
                str(listener.fileno()), str(fd), root]
         args = sandbox.bwrap_command(cmd, rw=[root], env=env, tmp_mb=tmp_mb, zygote_dirs=forkserver.DIRS)
-        proc = _spawner()(lambda: subprocess.Popen(
+        proc = _spawner().submit(lambda: subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds=(listener.fileno(), fd),
-            env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)}, cwd="/"))
+            env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)}, cwd="/")).result()
     finally:
         listener.close()
         os.close(fd)
