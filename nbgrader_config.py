@@ -86,23 +86,29 @@ c.GenerateFeedback.force = True
 # every grade cell and makes every output safe to render for an instructor (docs/GRADING.md).
 from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.preprocessors import (
-    AssignLatePenalties, CheckCellMetadata, IgnorePattern, LimitOutput, SaveAutoGrades,
+    AssignLatePenalties, ClearOutput, DeduplicateIds, IgnorePattern, LimitOutput, OverwriteCells,
+    OverwriteKernelspec, SaveAutoGrades,
 )
 
 from judge.nbgrader_hooks import install as install_link_guards
-from judge.preprocessors import IsolatedExecute, JudgeRecords
+from judge.preprocessors import CheckCellMetadataOnce, IsolatedExecute, JudgeRecords
 
 install_link_guards()   # nbgrader never follows a link a student put in a submission
 c.IsolatedExecute.course_root = str(ROOT)
 c.JudgeRecords.course_root = str(ROOT)
+# nbgrader's own lists, with CheckCellMetadataOnce for its CheckCellMetadata (the same checks, the metadata schema
+# compiled once per process instead of once per cell: 0.1 s of a notebook, twice per autograde)
+c.Autograde.sanitize_preprocessors = [
+    ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells, CheckCellMetadataOnce,
+]
 c.Autograde.autograde_preprocessors = [
     IsolatedExecute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-    SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+    SaveAutoGrades, AssignLatePenalties, CheckCellMetadataOnce,
 ]
 # Find-the-bug exercises (graders/sNN_*.py, Exercise(handout=...)): right after ClearSolutions, the student's copy
 # of such a solution cell gets the buggy code the reference build stored, not the stub.
 from nbgrader.preprocessors import (
-    ClearHiddenTests, ClearMarkScheme, ClearOutput, ClearSolutions,
+    ClearHiddenTests, ClearMarkScheme, ClearSolutions,
     ComputeChecksums, IncludeHeaderFooter, InstantiateTests, LockCells, SaveCells,
 )
 
@@ -110,8 +116,8 @@ from judge.handout import HandOut
 
 c.HandOut.course_root = str(ROOT)
 c.GenerateAssignment.preprocessors = [
-    IncludeHeaderFooter, InstantiateTests, LockCells, ClearSolutions, HandOut, ClearOutput, CheckCellMetadata,
-    ComputeChecksums, SaveCells, ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadata,
+    IncludeHeaderFooter, InstantiateTests, LockCells, ClearSolutions, HandOut, ClearOutput, CheckCellMetadataOnce,
+    ComputeChecksums, SaveCells, ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadataOnce,
 ]
 # Formgrader and the feedback HTML render notebooks: sanitise any HTML in them (JudgeRecords already keeps
 # only text and raster images in outputs; this covers the templates too).

@@ -13,9 +13,25 @@ file guards) is the course checkout's top-level package ``judge``, which runs in
 process; a grading kernel's sandbox binds this package only. No solutions or reference outputs live
 in this package: students install it.
 """
-from .teach.checks import compare, max_diff
-from .teach.devices import best_device, seed_everything
-from .teach.plots import attention_heatmap, block_diagram
+import importlib
 
-__all__ = ["attention_heatmap", "block_diagram", "best_device", "compare", "max_diff", "seed_everything"]
+# The re-exports, imported at first use: the instructor's tools (``./course``, the Dask coordinator) import this
+# package's plain-Python parts (attncourse.course) and should not pay for torch (2 s) when they draw nothing.
+_EXPORTS = {"compare": ".teach.checks", "max_diff": ".teach.checks", "best_device": ".teach.devices",
+            "seed_everything": ".teach.devices", "attention_heatmap": ".teach.plots", "block_diagram": ".teach.plots"}
+
+__all__ = sorted(_EXPORTS)
 __version__ = "0.2.0"
+
+
+def __getattr__(name):
+    where = _EXPORTS.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -79,7 +79,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
     """
     from judge.autograded import grade_cells
     from judge.files import MAX_NOTEBOOK_BYTES, Refused, read_regular
-    from judge.scratch import course_files, write_course
+    from judge.scratch import course_files, memory_folder, new_gradebook, write_course
 
     t0 = time.time()
     root, section = _course_and_section(section, root)
@@ -88,9 +88,10 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         saved = read_regular(notebook, MAX_NOTEBOOK_BYTES)
     except Refused as why:
         raise SystemExit(f"cannot check {notebook}: {why}") from None
-    with tempfile.TemporaryDirectory(prefix="attncourse-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="attncourse-check-", dir=memory_folder()) as tmp:
         tmp = Path(tmp)
         write_course(tmp, course_files(root, section), section, {"me": {f"{section}.ipynb": saved}})
+        new_gradebook(tmp / "gradebook.db")   # the copied config's db_url (made here: no alembic subprocess)
         # The learner's own ATTNCOURSE_* settings (device, limits) apply; the copy's course root is tmp.
         # On their own machine the check runs sandboxed where bubblewrap works, and without it elsewhere.
         keep = tuple(k for k in os.environ if k.startswith("ATTNCOURSE_") and k != "ATTNCOURSE_ROOT")

@@ -125,6 +125,30 @@ def run_dask(root: Path, sections, workers=None, scheduler=None) -> tuple[float,
     return time.time() - t0, reports
 
 
+def _spin(n: int) -> float:
+    t = time.perf_counter()
+    x = 0
+    for i in range(n):
+        x += i * i
+    return time.perf_counter() - t
+
+
+def machine_parallelism(n: int = 20_000_000, procs: int = 2) -> dict:
+    """How much faster ``procs`` CPU-bound processes finish side by side than one after the other, on this machine:
+    the ceiling of any ``procs``-worker speed-up here (2.0 on two real cores; two vCPUs that share a physical core,
+    or a throttled VM, give less)."""
+    import multiprocessing as mp
+
+    alone = min(_spin(n) for _ in range(2))
+    with mp.get_context("spawn").Pool(procs) as pool:
+        pool.map(_spin, [1000] * procs)   # the pool's processes started before the clock
+        t = time.perf_counter()
+        pool.map(_spin, [n] * procs)
+        together = time.perf_counter() - t
+    return {"one_alone_s": round(alone, 2), f"{procs}_together_s": round(together, 2),
+            "ceiling": round(procs * alone / together, 2)}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -331,7 +355,9 @@ def main(argv=None):
     sections = resolve_sections(args.sections, HERE)
     modes = [m for m in args.modes.split(",") if m]
     base = Path(tempfile.mkdtemp(prefix="attncourse-gradebench-"))
-    results = {"sections": sections, "per_section": args.per_section, "cpus": os.cpu_count(), "modes": {}}
+    results = {"sections": sections, "per_section": args.per_section, "cpus": os.cpu_count(), "modes": {},
+               "parallelism": machine_parallelism()}
+    print("parallelism", json.dumps(results["parallelism"]), flush=True)
     try:
         t = time.time()
         template = build_class(base, sections, args.per_section)
@@ -382,7 +408,10 @@ def main(argv=None):
         up = f"{s / r['seconds']:.2f}×" if s and r["seconds"] else ""
         lines.append(f"| {mode} | {r['seconds']} | {up} | {r['load_before']} → {r['load_after']} | "
                      f"{r['same_scores_as_serial'] or ''} |")
-    lines += ["", "Per notebook (Dask tasks): " + json.dumps({m: r.get("per_notebook") for m, r in
+    par = results["parallelism"]
+    lines += ["", f"This machine's ceiling for two workers: two CPU-bound Python processes side by side finish "
+              f"{par['ceiling']:.2f}× faster than one after the other ({par['one_alone_s']} s alone, "
+              f"{par['2_together_s']} s for two at once).", "", "Per notebook (Dask tasks): " + json.dumps({m: r.get("per_notebook") for m, r in
                                                               results["modes"].items() if r.get("per_notebook")}),
               ""] + breakdown_table(results.get("task_breakdown") or {})
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")

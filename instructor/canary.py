@@ -19,7 +19,7 @@ from pathlib import Path
 
 from judge.autograded import first_line
 from judge.files import read_regular
-from judge.scratch import course_files, write_course
+from judge.scratch import course_files, memory_folder, new_gradebook, write_course
 
 from .config import CourseError
 from .gradebook import gradebook_entry
@@ -121,13 +121,14 @@ def serial(root, sections, timeout: int | None = None, extra_env: dict | None = 
     for section in sections:
         t0 = time.time()
         subs = submissions(root, section)
-        with tempfile.TemporaryDirectory(prefix=f"attncourse-canary-{section}-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"attncourse-canary-{section}-", dir=memory_folder()) as tmp:
             tmp = Path(tmp)
             files = course_files(root, section)
             # a gradebook of its own, whatever the course's config names (never the course's PostgreSQL server)
             db = f"sqlite:///{tmp / 'gradebook.db'}"
             files["nbgrader_config.py"] += f"\nc.CourseDirectory.db_url = {db!r}\n".encode()
             write_course(tmp, files, section, subs)
+            new_gradebook(tmp / "gradebook.db")
             gen = scratch_api(tmp, None)[0].generate_assignment(section, force=True, create=True)
             if not gen.get("success"):
                 lines = [ln for ln in ((gen.get("log") or "") + (gen.get("error") or "")).splitlines() if ln.strip()]

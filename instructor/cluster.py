@@ -36,11 +36,11 @@ from judge.scratch import tree_hash
 from . import canary as canaries
 from .config import CourseError, late_plugin, ready, release_notebook, submitted_students
 from .gradebook import duedate, graded_students, merge_result
-from .kit import KitFutures, make_kit, submission_files
+from .kit import KitFutures, make_kit, submission_files, with_template
 from .outcome import section_report, why_not_graded
 from .prescan import prescan_class
 from .state import load_state, record_sandbox, save_state
-from .task import DEFAULT_TASK_TIMEOUT, TaskSettings, grade_task, task_environment
+from .task import DEFAULT_TASK_TIMEOUT, TaskSettings, grade_task, task_environment, warm_up
 
 SCHEDULER_ENV = "ATTNCOURSE_DASK_SCHEDULER"
 
@@ -127,11 +127,16 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     if todo:
         ctx = contextlib.nullcontext(client) if client is not None else cluster(workers, scheduler, log)
         with ctx as cl:
+            to_grade = sorted({item[0] for item in todo}, key=sections.index)
+            warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"))
+            for section in to_grade:   # here, once, while the workers warm up
+                kits[section] = with_template(kits[section])
             kit_futures = KitFutures(cl, kits)
             if canary:
-                canaries.dask(cl, root, sorted({item[0] for item in todo}, key=sections.index), kit_futures,
-                              run.settings, log)
+                canaries.dask(cl, root, to_grade, kit_futures, run.settings, log)
             run_tasks(cl, run, todo, kit_futures, state, results)
+            for fut in warming:
+                fut.release()
     reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
@@ -140,6 +145,17 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         reports[section]["seconds"] = elapsed   # the whole run's, all sections together
         reports[section]["run"] = {"sections": len(sections), "submissions": sum(len(all_students[x]) for x in sections)}
     return reports
+
+
+def warm_workers(client, settings: TaskSettings, config: bytes | None) -> list:
+    """:func:`instructor.task.warm_up` on every worker, not waited for (each worker's first task queues behind
+    it); the futures are kept until the run ends."""
+    try:
+        workers = list(client.scheduler_info().get("workers", {}))
+    except Exception:  # noqa: BLE001
+        return []
+    return [client.submit(warm_up, settings, config, workers=[w], allow_other_workers=False, pure=False,
+                          key=f"warm-up-{os.urandom(4).hex()}") for w in workers]
 
 
 def run_tasks(client, run: ClassRun, todo, kit_futures, state, results):

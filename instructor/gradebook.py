@@ -141,13 +141,15 @@ def _merge_into(root, db_url, course_id, result, late_plugin):
                 snb = gb.find_submission_notebook(nb_name, section, student)
             except MissingEntry:
                 continue
+            grades = {g.name: g for g in snb.grades}        # one query, not one per cell
+            comments = {c.name: c for c in snb.comments}
             for name, g in nb["grades"].items():
-                grade = gb.find_grade(name, nb_name, section, student)
+                grade = grades.get(name) or gb.find_grade(name, nb_name, section, student)
                 grade.auto_score = g["auto_score"]
                 # SaveAutoGrades' rule, against THIS gradebook: a manual score already given is kept
                 grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
             for name, text in nb["comments"].items():
-                gb.find_comment(name, nb_name, section, student).auto_comment = text
+                (comments.get(name) or gb.find_comment(name, nb_name, section, student)).auto_comment = text
             gb.db.commit()
             # AssignLatePenalties' rule, against this gradebook's due date and scores
             snb.late_submission_penalty = None

@@ -19,6 +19,22 @@ def make_kit(root: Path, section: str) -> dict:
     return {"section": section, "files": files, "hash": tree_hash({**files, "(verdict schema)": str(SCHEMA).encode()})}
 
 
+def with_template(kit: dict) -> dict:
+    """The kit with its generated scratch course (:func:`instructor.task.generate_template`), made once here by the
+    coordinator rather than once per worker; a failure is the run's, said in one line."""
+    from judge.autograded import first_line
+
+    from .config import CourseError
+    from .task import generate_template
+
+    try:
+        return {**kit, "template": generate_template(kit)}
+    except Exception as exc:  # noqa: BLE001
+        lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+        raise CourseError(f"{kit['section']}: generate_assignment failed in a scratch course: "
+                          + first_line(lines[-1] if lines else type(exc).__name__, 300)) from None
+
+
 def submission_files(root: Path, student: str, section: str, max_kb: int = 2000) -> dict:
     """The regular files of ``submitted/<student>/<section>/``, read without following a link (links, special
     files and files over ``max_kb`` are left out; the report's prescan names them)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
 from judge.files import read_tree
 from judge.sandbox import sandbox_status
-from judge.scratch import tree_hash, write_course
+from judge.scratch import memory_folder, new_gradebook, tree_hash, write_course
 
 from .config import load_config
 from .gradebook import gradebook_entry
@@ -50,32 +50,46 @@ def scratch_api(folder: Path, timeout: int | None):
     return NbGraderAPI(cd, config=cfg), cd
 
 
-def template(kit: dict) -> dict:
-    """The scratch course of a kit with its assignment generated, as files in this worker's memory.
+TEMPLATE_PARTS = ("nbgrader_config.py", "source", "graders", "gradebook.db")   # what a task's scratch course takes
 
-    ``generate_assignment`` runs once per kit and worker process, in a private folder that is deleted at
-    once; tasks get fresh copies of the files from memory.  Nothing on disk is reused between tasks, so
-    nothing a kernel could reach (an unsandboxed one can reach this account's files) can change how a later
-    submission is judged.
+
+def generate_template(kit: dict) -> dict:
+    """The scratch course of a kit with its assignment generated (nbgrader's ``generate_assignment``), as files:
+    the parts a task's scratch course takes (:data:`TEMPLATE_PARTS`).  Built in a private folder deleted at once."""
+    folder = Path(tempfile.mkdtemp(prefix=f"attncourse-kit-{kit['section']}-"))
+    try:
+        write_course(folder, kit["files"], kit["section"])
+        new_gradebook(folder / "gradebook.db")   # scratch_api's db_url
+        api, _ = scratch_api(folder, None)
+        res = api.generate_assignment(kit["section"], force=True, create=True)
+        if not res.get("success"):
+            raise RuntimeError("generate_assignment failed in the scratch course:\n"
+                               + (res.get("log") or "") + (res.get("error") or ""))
+        tree = read_tree(folder, max_file_bytes=1 << 30, max_files=10_000)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {k: v for k, v in tree.files.items() if k.split("/")[0] in TEMPLATE_PARTS}
+
+
+def template(kit: dict) -> dict:
+    """The kit's generated scratch course, as files in this worker's memory.
+
+    The coordinator generates it once per run and sends it inside the kit (``kit["template"]``,
+    :func:`instructor.kit.with_template`); a kit without it (a test, an older coordinator) is generated here once
+    per kit and worker process.  Nothing on disk is reused between tasks: each task writes fresh copies from
+    memory, so nothing a kernel could reach (an unsandboxed one can reach this account's files) can change how a
+    later submission is judged.
     """
+    if kit.get("template"):
+        return kit["template"]
     with _LOCK:
         hit = _TEMPLATES.get(kit["hash"])
         if hit is not None:
             return hit
-        folder = Path(tempfile.mkdtemp(prefix=f"attncourse-kit-{kit['section']}-"))
-        try:
-            write_course(folder, kit["files"], kit["section"])
-            api, _ = scratch_api(folder, None)
-            res = api.generate_assignment(kit["section"], force=True, create=True)
-            if not res.get("success"):
-                raise RuntimeError("generate_assignment failed in the scratch course:\n"
-                                   + (res.get("log") or "") + (res.get("error") or ""))
-            tree = read_tree(folder, max_file_bytes=1 << 30, max_files=10_000)
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        files = generate_template(kit)
         _TEMPLATES.clear()     # one kit per section at a time is plenty
-        _TEMPLATES[kit["hash"]] = tree.files
-        return tree.files
+        _TEMPLATES[kit["hash"]] = files
+        return files
 
 
 @contextlib.contextmanager
@@ -120,19 +134,48 @@ def kill_kernels(flag: dict):
             p.kill()
 
 
+def apply_settings(settings: TaskSettings):
+    """This run's settings in the worker's environment (not those of an earlier run on the same worker)."""
+    for k in KEEP_ENV:
+        os.environ.pop(k, None)
+    os.environ.update({k: v for k, v in (settings.env or {}).items() if k != DIE_ENV})
+    os.environ["PATH"] = with_python_bin()
+
+
+def warm_up(settings: TaskSettings, config: bytes | None = None) -> float:
+    """A worker's start, sent to every worker as a run begins (while the coordinator generates the kits'
+    templates): nbgrader's and the judge's imports, and the fork server of this run's kernels
+    (:func:`judge.kernels.fork_server`), so that its first notebook pays for neither.  ``config`` is the kit's
+    nbgrader_config.py, loaded as a task loads it (it sets the kernels' environment), and the environment is the
+    one nbgrader's autograde starts its kernels in: the first task then finds this fork server.  Returns its
+    seconds."""
+    t0 = time.time()
+    apply_settings(settings)
+    from nbgrader import utils
+    import judge.preprocessors  # noqa: F401
+    from judge.kernels import fork_server
+
+    if config is not None:
+        folder = Path(tempfile.mkdtemp(prefix="attncourse-warm-"))
+        try:
+            (folder / "nbgrader_config.py").write_bytes(config)
+            load_config(folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    with utils.setenv(NBGRADER_EXECUTION="autograde"):   # as nbgrader's Autograde sets it around its kernels
+        fork_server()
+    return round(time.time() - t0, 2)
+
+
 def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
                settings: TaskSettings = TaskSettings()) -> dict:
     """Autograde one submission in a scratch course of its own; return everything the coordinator merges."""
     t0 = time.time()
     section = kit["section"]
     timeout, task_timeout, feedback = settings.timeout, settings.task_timeout, settings.feedback
-    env = dict(settings.env or {})
-    if env.get(DIE_ENV) == student:
+    if (settings.env or {}).get(DIE_ENV) == student:
         os._exit(70)  # test hook: a worker that dies while grading
-    for k in KEEP_ENV:   # this run's settings, not those of an earlier run on the same worker
-        os.environ.pop(k, None)
-    os.environ.update({k: v for k, v in env.items() if k != DIE_ENV})
-    os.environ["PATH"] = with_python_bin()
+    apply_settings(settings)
     out = {"section": section, "student": student, "hash": tree_hash(files), "kit": kit["hash"],
            "worker_pid": os.getpid(), "success": False, "faults": [], "files": {}, "feedback": {}}
     work = None
@@ -146,9 +189,8 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
             return out
         tmpl = template(kit)
         t_setup = time.time()
-        work = Path(tempfile.mkdtemp(prefix="attncourse-task-"))
-        write_course(work, {k: v for k, v in tmpl.items() if k.split("/")[0] in
-                            ("nbgrader_config.py", "source", "graders", "gradebook.db")}, section, {student: files})
+        work = Path(tempfile.mkdtemp(prefix="attncourse-task-", dir=memory_folder()))
+        write_course(work, tmpl, section, {student: files})
         api, cd = scratch_api(work, timeout)
         if duedate:
             from nbgrader.api import Gradebook
@@ -180,7 +222,7 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
             if fb.get("success") and fdir.is_dir():
                 out["feedback"] = read_tree(fdir, max_file_bytes=64 << 20).files
         out["seconds"] = {"setup": round(t_setup - t0, 2), "autograde": round(t_done - t_run, 2),
-                          "total": round(time.time() - t0, 2)}
+                          "total": round(time.time() - t0, 2), "started_at": round(t0, 2)}
     except Exception:  # noqa: BLE001 - a result, never a crashed task
         out["log"] = out.get("log", "") + traceback.format_exc()
         out["faults"].append("grading failed: " + traceback.format_exc().strip().splitlines()[-1][:300])

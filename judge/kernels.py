@@ -57,6 +57,19 @@ class GradingKernelClient(AsyncKernelClient):
     wait_for_ready = _async_wait_for_ready
 
 
+def fork_server(sandboxed: bool | None = None):
+    """The fork server this process's next sandboxed kernel comes from (:func:`judge.zygote.get`: started now if
+    it is not yet), for this process's environment and limits; None where kernels are not sandboxed or the
+    server does not hold.  A Dask worker calls it as a run starts, to have its server ready before the first
+    notebook."""
+    if sandboxed is None:
+        sandboxed = sandbox_status()[0]
+    if not sandboxed:
+        return None
+    return zygote.get(sandbox.kernel_env(os.environ, "/tmp"), _int_env(TMP_ENV, DEFAULT_TMP_MB),
+                      _int_env(MEM_ENV, DEFAULT_MEM_MB))
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """Starts the kernel sandboxed: forked by this process's preloaded fork server (:mod:`judge.zygote`), or,
     where that is off or does not hold, as ``python judge/sandbox.py --mem-mb M --tmp-mb T [--bwrap --bind-rw DIR]
@@ -78,8 +91,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._sandboxed is not None and (self._sandboxed or os.environ.get(IPC_ENV, "1") != "0"):
             # unix sockets: the sandbox has its own network namespace, and kernels started in parallel
             # (./course grade on Dask) never race for the same free TCP port
-            self._zygote = (zygote.get(sandbox.kernel_env(os.environ, "/tmp"), self._tmp_mb, self._mem_mb)
-                            if self._sandboxed else None)
+            self._zygote = fork_server(self._sandboxed)
             # (a preloaded kernel's socket folder lives in its fork server's socket root: the server binds it in)
             self._ipc_dir = tempfile.mkdtemp(prefix="attncourse-kernel-",
                                              dir=self._zygote.root if self._zygote else None)

@@ -49,3 +49,52 @@ def write_course(dest, files: dict, section: str, submissions: dict | None = Non
     for student, subfiles in (submissions or {}).items():
         write_tree(dest / "submitted" / student / section, subfiles)
     return dest
+
+
+def alembic_head() -> str:
+    """The database version of the installed nbgrader (the head of its alembic migrations), read in this process."""
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    heads = ScriptDirectory(ALEMBIC_DIR).get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"nbgrader's database migrations have {len(heads)} heads: {heads}")
+    return heads[0]
+
+
+def new_gradebook(path) -> None:
+    """An empty nbgrader gradebook (SQLite) at ``path``: what nbgrader's ``Gradebook`` makes of a missing file —
+    its tables, stamped with its database version — without the ``alembic heads`` subprocess it starts to learn
+    that version (1.9 s of the 3 s a scratch course's ``generate_assignment`` took).  The version table is written
+    first; nbgrader then creates its own tables and, seeing a database that exists, starts nothing."""
+    import sqlite3
+
+    from nbgrader.api import Gradebook
+
+    con = sqlite3.connect(str(path))
+    try:
+        with con:
+            con.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+            con.execute("INSERT INTO alembic_version (version_num) VALUES (?)", (alembic_head(),))
+    finally:
+        con.close()
+    Gradebook(f"sqlite:///{path}").close()
+
+
+def memory_folder(min_free_mb: int = 512) -> str | None:
+    """Where a scratch course is best written: ``/dev/shm`` when it is a writable tmpfs with room (nbgrader's SQLite
+    gradebook then commits without a flush to disk: its part of a notebook's grading 0.33 → 0.14 s measured on the
+    2-core machine), else None (the temp folder).  The folder made there is 0700, as in the temp folder, and a
+    sandboxed kernel has a /dev/shm of its own."""
+    import os
+
+    path = "/dev/shm"
+    try:
+        st = os.statvfs(path)
+        with open("/proc/self/mounts") as f:
+            tmpfs = any(line.split()[1:3] == [path, "tmpfs"] for line in f)
+    except OSError:
+        return None
+    if not tmpfs or not os.access(path, os.W_OK | os.X_OK) or st.f_bavail * st.f_frsize < min_free_mb << 20:
+        return None
+    return path

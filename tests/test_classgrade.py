@@ -184,6 +184,37 @@ def test_no_kit_template_on_disk_is_trusted(runs, tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+def test_a_warmed_worker_grades_with_the_coordinators_template(runs):
+    """A run's start as a worker sees it: :func:`instructor.task.warm_up` (imports, the fork server of the run's
+    kernels) and a kit carrying the template the coordinator generated (:func:`instructor.kit.with_template`).
+    The first task then starts no fork server of its own, and grades exactly as a kit without a template does
+    (the worker generating it)."""
+    from judge import zygote
+    from judge.sandbox import sandbox_status
+    from instructor.kit import make_kit, submission_files, with_template
+    from instructor.task import TaskSettings, grade_task, task_environment, warm_up
+
+    _, par, _ = runs
+    kit = make_kit(par.root, SECTION)
+    _, env = task_environment({"ATTNCOURSE_CHECK_TIMEOUT": "30"})
+    settings = TaskSettings(env=env)
+    assert warm_up(settings, kit["files"]["nbgrader_config.py"]) >= 0
+    servers = dict(zygote._ZYGOTES)
+    if sandbox_status()[0] and os.environ.get(zygote.FORKSERVER_ENV, "1") != "0":
+        assert servers, "warm_up started no fork server"
+    full = with_template(kit)
+    assert full["hash"] == kit["hash"]
+    assert {"gradebook.db", "nbgrader_config.py", f"source/{SECTION}/{SECTION}.ipynb"} <= set(full["template"])
+    wrong = submission_files(par.root, "wrong", SECTION)
+    warmed = grade_task(full, "wrong", wrong, settings=settings)
+    assert dict(zygote._ZYGOTES) == servers, "the first task started a fork server of its own"
+    plain = grade_task(kit, "wrong", wrong, settings=settings)
+    cells = lambda r: {k: g["auto_score"] for nb in r["gradebook"]["notebooks"].values()  # noqa: E731
+                       for k, g in nb["grades"].items()}
+    assert warmed["success"] and plain["success"] and not warmed["faults"]
+    assert cells(warmed) == cells(plain) and sum(v or 0 for v in cells(warmed).values()) > 0
+
+
 def test_report_names_faults_and_mistakes(runs):
     _, _, report = runs
     st = report["students"]

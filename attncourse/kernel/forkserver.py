@@ -26,6 +26,7 @@ Standard library only at module level, besides what :data:`PRELOAD` names.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -37,7 +38,8 @@ import sys
 
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "ipykernel.debugger", "IPython.core.interactiveshell", "IPython.core.history",
-           "pdb", "sqlite3", "attncourse", "attncourse.kernel", "attncourse.kernel.grader")
+           "pdb", "sqlite3", "attncourse", "attncourse.teach.checks", "attncourse.teach.devices",
+           "attncourse.teach.plots", "attncourse.kernel", "attncourse.kernel.grader")
 WORK = "/run/attncourse/work"       # the kernel's working folder (a tmpfs of its own)
 KERNEL_DIR = "/run/attncourse/kernel"  # the kernel's socket folder (its own subfolder of the zygote's socket root)
 CONF_DIR = "/run/attncourse/conf"     # a small tmpfs holding the connection file, read-only once written
@@ -266,6 +268,10 @@ def serve(listen_fd: int, program_fd: int, sockets_root: str):
         except Exception:   # a kernel imports it itself (and fails the same way)
             pass
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # the C children are reaped by the kernel
+    # what the preload made stays shared with every child: the collector never walks it (a walk writes to every
+    # object it visits, and each write copies a page into the child)
+    gc.collect()
+    gc.freeze()
     server = socket.socket(fileno=listen_fd)
     os.write(1, b"ready\n")
     while True:

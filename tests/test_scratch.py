@@ -1,0 +1,80 @@
+"""judge.scratch: a scratch course's gradebook is nbgrader's own, made without nbgrader's ``alembic`` subprocess;
+the course package imports torch only when a notebook asks for what needs it."""
+import sqlite3
+import subprocess
+import sys
+
+from attncourse.course import with_python_bin
+from judge.scratch import alembic_head, new_gradebook
+
+
+def _schema(path):
+    con = sqlite3.connect(str(path))
+    try:
+        tables = sorted(con.execute("SELECT type, name, sql FROM sqlite_master").fetchall())
+        return tables, con.execute("SELECT version_num FROM alembic_version").fetchall()
+    finally:
+        con.close()
+
+
+def test_a_new_gradebook_is_the_one_nbgrader_makes(tmp_path, monkeypatch):
+    from nbgrader.api import Gradebook
+
+    monkeypatch.setenv("PATH", with_python_bin())   # nbgrader runs `alembic heads` from PATH for a new file
+    Gradebook(f"sqlite:///{tmp_path / 'nbgrader.db'}").close()
+    new_gradebook(tmp_path / "ours.db")
+    theirs, ours = _schema(tmp_path / "nbgrader.db"), _schema(tmp_path / "ours.db")
+    assert ours[1] == theirs[1] == [(alembic_head(),)]
+    assert ours[0] == theirs[0]
+    with Gradebook(f"sqlite:///{tmp_path / 'ours.db'}") as gb:   # and nbgrader opens it as its own
+        gb.add_student("s1")
+        assert [s.id for s in gb.students] == ["s1"]
+
+
+def test_the_package_imports_torch_only_when_asked():
+    code = ("import sys, attncourse, attncourse.course; assert 'torch' not in sys.modules, 'torch at import'; "
+            "from attncourse import compare, best_device; assert 'torch' in sys.modules; "
+            "assert compare is attncourse.compare and set(attncourse.__all__) <= set(dir(attncourse)); "
+            "import attncourse as a\ntry:\n    a.no_such_name\nexcept AttributeError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "has no attribute 'no_such_name'" in out.stdout
+
+
+def _validation_error(validator, nb):
+    try:
+        validator.validate_nb(nb)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc)
+    return None
+
+
+def test_the_compiled_metadata_check_agrees_with_nbgraders():
+    """CheckCellMetadataOnce (nbgrader_config.py) judges nbgrader metadata exactly as nbgrader's own check does:
+    a valid notebook passes both; every corruption below fails both, with the same error."""
+    import copy
+
+    import nbformat
+    from nbgrader.nbgraderformat import MetadataValidator
+
+    from judge.preprocessors import _metadata_validator
+    from tests.harness import ROOT
+
+    nb = nbformat.read(ROOT / "source" / "02_qkv_by_hand" / "02_qkv_by_hand.ipynb", as_version=4)
+    graded = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade"))
+    assert _validation_error(MetadataValidator(), nb) is None
+    assert _validation_error(_metadata_validator(), nb) is None
+    corruptions = {
+        "schema too new": lambda m: m.update(schema_version=9),
+        "schema too old": lambda m: m.update(schema_version=1),
+        "grade_id a number": lambda m: m.update(grade_id=5),
+        "points a word": lambda m: m.update(points="ten"),
+        "grade a string": lambda m: m.update(grade="yes"),
+        "no points on a graded cell": lambda m: m.pop("points"),
+    }
+    for name, corrupt in corruptions.items():
+        bad = copy.deepcopy(nb)
+        corrupt(bad.cells[graded].metadata["nbgrader"])
+        theirs, ours = _validation_error(MetadataValidator(), bad), _validation_error(_metadata_validator(), bad)
+        assert theirs is not None, name
+        assert ours == theirs, (name, ours, theirs)
