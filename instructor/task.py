@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
 from judge.files import read_tree
 from judge.sandbox import sandbox_status
-from judge.scratch import memory_folder, new_gradebook, tree_hash, write_course
+from judge.scratch import keep_engines, memory_folder, new_gradebook, tree_hash, write_course
 
 from .config import load_config
 from .gradebook import gradebook_entry
@@ -23,6 +24,7 @@ from .gradebook import gradebook_entry
 DEFAULT_TASK_TIMEOUT = 900
 DIE_ENV = "ATTNCOURSE_CLASSGRADE_DIE_FOR"   # test hook: the worker grading this student dies (os._exit)
 _TEMPLATES: dict = {}
+_TASK_FOLDER: list = []   # this process's scratch course folder (task_folder)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,22 @@ def generate_template(kit: dict) -> dict:
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return {k: v for k, v in tree.files.items() if k.split("/")[0] in TEMPLATE_PARTS}
+
+
+def task_folder() -> Path:
+    """A new, empty folder (0700) for one task's scratch course: the same path for every task of this process
+    (in /dev/shm where it can, :func:`judge.scratch.memory_folder`), so that nbgrader's gradebook there keeps its
+    engine and compiled statements from task to task (:func:`judge.scratch.keep_engines`).  The name holds a
+    random part chosen once per process; where the path is taken (a task of another thread, or someone else's
+    folder), a fresh temporary folder instead."""
+    base = memory_folder() or tempfile.gettempdir()
+    if not _TASK_FOLDER or _TASK_FOLDER[0].parent != Path(base):
+        _TASK_FOLDER[:] = [Path(base) / f"attncourse-task-{os.getpid()}-{secrets.token_hex(8)}"]
+    try:
+        os.mkdir(_TASK_FOLDER[0], 0o700)
+    except FileExistsError:
+        return Path(tempfile.mkdtemp(prefix="attncourse-task-", dir=base))
+    return _TASK_FOLDER[0]
 
 
 def template(kit: dict) -> dict:
@@ -189,7 +207,8 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
             return out
         tmpl = template(kit)
         t_setup = time.time()
-        work = Path(tempfile.mkdtemp(prefix="attncourse-task-", dir=memory_folder()))
+        work = task_folder()
+        keep_engines(f"sqlite:///{_TASK_FOLDER[0]}/")
         write_course(work, tmpl, section, {student: files})
         api, cd = scratch_api(work, timeout)
         if duedate:

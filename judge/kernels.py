@@ -22,8 +22,8 @@ from .sandbox import DEFAULT_MEM_MB, DEFAULT_TMP_MB, IPC_ENV, MEM_ENV, TMP_ENV, 
 class GradingKernelClient(AsyncKernelClient):
     """jupyter_client's client, ready as soon as the kernel has answered ``kernel_info`` on the shell channel and
     IOPub is connected.  jupyter_client then drains IOPub until it has been quiet for 0.2 s — a fixed 0.2 s on
-    every notebook, for status messages that nbclient skips anyway (it reads only the replies to its own
-    requests).  Here that last wait is 0.02 s."""
+    every notebook, for status messages that nbclient skips anyway (it reads only the messages whose parent is
+    one of its own requests).  Here there is no such wait."""
 
     async def _async_wait_for_ready(self, timeout=None):
         import time
@@ -48,11 +48,6 @@ class GradingKernelClient(AsyncKernelClient):
                 raise RuntimeError("Kernel died before replying to kernel_info")
             if time.time() > deadline:
                 raise RuntimeError(f"Kernel didn't respond in {timeout} seconds")
-        while True:
-            try:
-                await self.iopub_channel.get_msg(timeout=0.02)
-            except Empty:
-                break
 
     wait_for_ready = _async_wait_for_ready
 

@@ -98,3 +98,42 @@ def memory_folder(min_free_mb: int = 512) -> str | None:
     if not tmpfs or not os.access(path, os.W_OK | os.X_OK) or st.f_bavail * st.f_frsize < min_free_mb << 20:
         return None
     return path
+
+
+class ScratchEngines:
+    """One SQLAlchemy engine per scratch gradebook URL, kept for the life of this process.
+
+    nbgrader opens its ``Gradebook`` six times for one autograded notebook, and each ``Gradebook`` makes a new
+    engine: SQLAlchemy then compiles every statement anew (its statement cache belongs to the engine) — 0.16 s
+    of a notebook's grading on the 2-core machine.  A Dask worker grades every submission in a scratch course
+    at one folder of its own (:func:`task_folder`), so the gradebook's URL repeats from task to task and its
+    engine, with its compiled statements, can be kept.  Only URLs under ``prefix`` are kept; every other one
+    (the course's own gradebook, PostgreSQL) gets a new engine, as nbgrader made it.  ``Gradebook.close()``
+    still disposes of the engine's connections: none outlives a task, and the next task's file (same path, new
+    file) is opened afresh."""
+
+    def __init__(self, prefix: str):
+        from sqlalchemy import create_engine
+
+        self.prefix, self._create, self._engines = prefix, create_engine, {}
+
+    def __call__(self, url, *args, **kwargs):
+        key = (str(url), repr(args), repr(sorted(kwargs.items())))
+        if not str(url).startswith(self.prefix):
+            return self._create(url, *args, **kwargs)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = self._engines[key] = self._create(url, *args, **kwargs)
+        return engine
+
+
+def keep_engines(prefix: str) -> None:
+    """nbgrader's gradebooks under ``prefix`` (this process's scratch folder, a ``sqlite:///`` URL prefix) keep
+    their engines in this process (:class:`ScratchEngines`).  nbgrader offers no setting for its engine:
+    ``nbgrader.api.create_engine`` is the name its ``Gradebook`` calls."""
+    import nbgrader.api
+
+    current = nbgrader.api.create_engine
+    if isinstance(current, ScratchEngines) and current.prefix == prefix:
+        return
+    nbgrader.api.create_engine = ScratchEngines(prefix)

@@ -215,6 +215,45 @@ def test_a_warmed_worker_grades_with_the_coordinators_template(runs):
     assert cells(warmed) == cells(plain) and sum(v or 0 for v in cells(warmed).values()) > 0
 
 
+@pytest.mark.slow
+def test_tasks_in_a_row_share_a_folder_and_engine_but_no_grades(runs, monkeypatch):
+    """One worker process grades submission after submission in a scratch course at the same path, keeping
+    nbgrader's gradebook engine (:func:`instructor.task.task_folder`, :func:`judge.scratch.keep_engines`):
+    each task still finds a gradebook holding its own student only, and grades as plain nbgrader did."""
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    from instructor import task
+    from instructor.kit import make_kit, submission_files
+    from judge.scratch import ScratchEngines
+
+    serial, par, _ = runs
+    kit = make_kit(par.root, SECTION)
+    _, env = task.task_environment({"ATTNCOURSE_CHECK_TIMEOUT": "30"})
+    seen, entry = [], task.gradebook_entry
+
+    def students_then_entry(db_url, section, student):
+        with Gradebook(db_url) as gb:
+            seen.append((db_url, student, sorted(s.id for s in gb.students), gb.engine))
+        return entry(db_url, section, student)
+
+    monkeypatch.setattr(task, "gradebook_entry", students_then_entry)
+    monkeypatch.setattr(nbgrader.api, "create_engine", nbgrader.api.create_engine)   # restored after the test
+    order = ["good", "wrong", "good"]
+    results = [task.grade_task(kit, s, submission_files(par.root, s, SECTION), settings=task.TaskSettings(env=env))
+               for s in order]
+    assert all(r["success"] and not r["faults"] for r in results)
+    assert [students for _, _, students, _ in seen] == [[s] for s in order]
+    assert len({url for url, *_ in seen}) == 1 and len({id(e) for *_, e in seen}) == 1
+    assert isinstance(nbgrader.api.create_engine, ScratchEngines)
+    plain = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
+    for student, r in zip(order, results):
+        got = {k: g["auto_score"] for nb in r["gradebook"]["notebooks"].values() for k, g in nb["grades"].items()}
+        want = {k: g[0] for nb in plain[student]["notebooks"].values() for k, g in nb["grades"].items()}
+        assert got == want, student
+    assert results[0]["gradebook"]["notebooks"] == results[2]["gradebook"]["notebooks"]
+
+
 def test_report_names_faults_and_mistakes(runs):
     _, _, report = runs
     st = report["students"]
@@ -479,6 +518,7 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
                 client.submit(size, scattered, pure=False).result(timeout=60)
 
 
+@pytest.mark.slow   # an instructor's whole grading run, twice: the full tier
 # -- a stale score, the canary ------------------------------------------------------------------
 @pytest.mark.parametrize("engine", ["serial", "dask"])
 def test_ungradable_resubmission_keeps_no_old_score(engine, request, tmp_path):
@@ -521,6 +561,7 @@ def _grade_cli(course: Course, *args, pythonpath: Path | None = None):
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow   # an instructor's whole grading run, twice: the full tier
 @pytest.mark.parametrize("engine", ["serial", "dask"])
 def test_canary_stops_a_broken_environment(engine, tmp_path):
     """The course package the grader imports is not the one the sandboxed kernels find (PYTHONPATH names a copy

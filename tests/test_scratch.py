@@ -78,3 +78,89 @@ def test_the_compiled_metadata_check_agrees_with_nbgraders():
         theirs, ours = _validation_error(MetadataValidator(), bad), _validation_error(_metadata_validator(), bad)
         assert theirs is not None, name
         assert ours == theirs, (name, ours, theirs)
+
+
+def test_scratch_gradebooks_keep_their_engine_and_nothing_else(tmp_path):
+    """judge.scratch.ScratchEngines: a gradebook URL under the prefix gets the same engine each time (its compiled
+    statements kept); a new file at the same path is a new, empty gradebook (no connection outlives
+    ``Gradebook.close``); any other URL gets a new engine, as nbgrader made it."""
+    import shutil
+
+    import nbgrader.api
+    from nbgrader.api import Gradebook
+
+    from judge.scratch import ScratchEngines, keep_engines
+
+    saved = nbgrader.api.create_engine
+    try:
+        keep_engines(f"sqlite:///{tmp_path / 'kept'}/")
+        engines = nbgrader.api.create_engine
+        assert isinstance(engines, ScratchEngines)
+        keep_engines(f"sqlite:///{tmp_path / 'kept'}/")
+        assert nbgrader.api.create_engine is engines            # installed once per prefix
+        seen = []
+        for run in range(2):
+            folder = tmp_path / "kept"
+            folder.mkdir()
+            new_gradebook(folder / "gradebook.db")
+            with Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gb:
+                assert [s.id for s in gb.students] == []         # a new file: nothing of the run before
+                gb.add_student(f"s{run}")
+                seen.append(gb.engine)
+            with Gradebook(f"sqlite:///{folder / 'gradebook.db'}") as gb:
+                assert [s.id for s in gb.students] == [f"s{run}"]
+                seen.append(gb.engine)
+            shutil.rmtree(folder)
+        assert all(e is seen[0] for e in seen)
+        other = tmp_path / "other.db"
+        new_gradebook(other)
+        with Gradebook(f"sqlite:///{other}") as a, Gradebook(f"sqlite:///{other}") as b:
+            assert a.engine is not b.engine and a.engine is not seen[0]
+    finally:
+        nbgrader.api.create_engine = saved
+
+
+def test_a_task_folder_is_the_same_path_each_time_unless_taken(monkeypatch):
+    import os
+    import shutil
+
+    from instructor import task
+
+    monkeypatch.setattr(task, "_TASK_FOLDER", [])
+    first = task.task_folder()
+    assert first.is_dir() and oct(first.stat().st_mode & 0o777) == "0o700" and not os.listdir(first)
+    taken = task.task_folder()                 # still there (another thread's task): a fresh folder instead
+    assert taken != first and taken.is_dir()
+    shutil.rmtree(taken)
+    shutil.rmtree(first)
+    again = task.task_folder()
+    assert again == first
+    shutil.rmtree(again)
+
+
+def test_reference_data_is_cached_by_content_not_by_path(tmp_path):
+    """A worker grades each submission in a new scratch course: the same data file under a new path is not
+    loaded again; a file with other bytes under a known path is."""
+    import shutil
+
+    from judge.preprocessors import reference_data, reference_inputs_bytes
+    from tests.harness import ROOT
+
+    import torch
+
+    roots = []
+    for name in ("a", "b"):
+        (tmp_path / name / "graders" / "data").mkdir(parents=True)
+        shutil.copy(ROOT / "graders" / "data" / "02_qkv_by_hand.pt",
+                    tmp_path / name / "graders" / "data" / "02_qkv_by_hand.pt")
+        roots.append(str(tmp_path / name))
+    first, second = reference_data(roots[0], "02_qkv_by_hand"), reference_data(roots[1], "02_qkv_by_hand")
+    assert first[0] is second[0] and first[1] is second[1]
+    import io
+
+    inputs = torch.load(io.BytesIO(reference_inputs_bytes(roots[1], "02_qkv_by_hand")), weights_only=True)
+    assert inputs.keys() == first[1].keys()
+    shutil.copy(ROOT / "graders" / "data" / "03_masking.pt", tmp_path / "b" / "graders" / "data" / "02_qkv_by_hand.pt")
+    changed = reference_data(roots[1], "02_qkv_by_hand")
+    assert changed[0]["section"] == "03_masking" and first[0]["section"] == "02_qkv_by_hand"
+    assert reference_data(str(tmp_path / "none"), "02_qkv_by_hand") is None

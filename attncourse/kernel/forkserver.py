@@ -39,7 +39,10 @@ import sys
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "ipykernel.debugger", "IPython.core.interactiveshell", "IPython.core.history",
            "pdb", "sqlite3", "attncourse", "attncourse.teach.checks", "attncourse.teach.devices",
-           "attncourse.teach.plots", "attncourse.kernel", "attncourse.kernel.grader")
+           "attncourse.teach.plots", "attncourse.kernel", "attncourse.kernel.grader",
+           # what ipykernel's initialize imports on its own (listed by comparing sys.modules around it)
+           "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.oinspect",
+           "IPython.extensions.storemagic", "IPython.utils.wildcard", "faulthandler", "tornado.platform.asyncio")
 WORK = "/run/attncourse/work"       # the kernel's working folder (a tmpfs of its own)
 KERNEL_DIR = "/run/attncourse/kernel"  # the kernel's socket folder (its own subfolder of the zygote's socket root)
 CONF_DIR = "/run/attncourse/conf"     # a small tmpfs holding the connection file, read-only once written
