@@ -162,6 +162,27 @@ def test_a_kernel_limit_holds_in_a_forked_kernel(zyg):
     assert all(50 <= mb <= 64 for mb in seen), seen   # 200 asked for
 
 
+PRELOADED = ("import sys, json\nseen = {'dynamo': 'torch._dynamo' in sys.modules, 'plots': 'matplotlib' in sys.modules}\n"
+             "import torch\nn = len(sys.modules)\nx = torch.empty(2, 3, device='meta')\n(x @ x.T / 2).softmax(-1)\n"
+             "seen['imported_on_meta'] = len(sys.modules) - n\n"
+             "import matplotlib\nseen['backend'] = matplotlib.get_backend()\nprint(json.dumps(seen))\n")
+
+
+def test_a_kernel_finds_torchs_compiler_stack_and_matplotlib_only_as_its_environment_says(zyg):
+    """torch's compiler stack is preloaded (a notebook's first operation on the meta device imports it: 1.8 s in
+    every kernel before); matplotlib only where the kernels' environment names a backend, and then that backend —
+    the one a fresh import in that environment takes — not matplotlib's own choice."""
+    seen = _json(zyg, PRELOADED)
+    assert seen["dynamo"] and seen["imported_on_meta"] == 0 and not seen["plots"], seen   # no $MPLBACKEND
+    env = dict(ENV, MPLBACKEND="svg")
+    z = zygote.get(env, 64, 2048)
+    assert z is not None, zygote.why_not()
+    rc, out, err = z.run(PRELOADED, 64, 2048, env)
+    assert rc == 0, err
+    seen = json.loads(out.strip().splitlines()[-1])
+    assert seen["dynamo"] and seen["plots"] and seen["backend"] == "svg", seen
+
+
 def test_as_a_normal_user_too():
     """The fork server started by an unprivileged account (uid 65534): its children answer the probe the same."""
     if os.getuid() != 0 or not shutil.which("setpriv"):

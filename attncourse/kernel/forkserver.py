@@ -42,7 +42,15 @@ PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "ipykernel.kerne
            "attncourse.teach.plots", "attncourse.kernel", "attncourse.kernel.grader",
            # what ipykernel's initialize imports on its own (listed by comparing sys.modules around it)
            "IPython.core.completerlib", "IPython.core.debugger", "IPython.core.oinspect",
-           "IPython.extensions.storemagic", "IPython.utils.wildcard", "faulthandler", "tornado.platform.asyncio")
+           "IPython.extensions.storemagic", "IPython.utils.wildcard", "faulthandler", "tornado.platform.asyncio",
+           # torch imports its compiler stack (sympy, mpmath: ~820 modules, 1.8 s) at the first operation on the
+           # meta device or the first call of a function it guards against compilation: every section's notebook
+           # makes one, in a graded check or a demo
+           "torch._dynamo")
+# Every section plots; matplotlib takes its backend from $MPLBACKEND once, at its import, so it is preloaded only
+# where the environment (the kernels' own: the server runs in it) names one — where it does not, ipykernel names
+# its inline backend in each kernel before the first import, and a preloaded matplotlib would have missed it.
+PRELOAD_PLOTS = ("matplotlib", "matplotlib.pyplot")
 WORK = "/run/attncourse/work"       # the kernel's working folder (a tmpfs of its own)
 KERNEL_DIR = "/run/attncourse/kernel"  # the kernel's socket folder (its own subfolder of the zygote's socket root)
 CONF_DIR = "/run/attncourse/conf"     # a small tmpfs holding the connection file, read-only once written
@@ -265,7 +273,7 @@ def serve(listen_fd: int, program_fd: int, sockets_root: str):
     """The zygote's loop: preload, then one forked child per connection (never reused)."""
     with os.fdopen(program_fd, "rb") as f:
         program = f.read()
-    for name in PRELOAD:
+    for name in PRELOAD + (PRELOAD_PLOTS if os.environ.get("MPLBACKEND") else ()):
         try:
             importlib.import_module(name)
         except Exception:   # a kernel imports it itself (and fails the same way)
