@@ -17,7 +17,9 @@ serial run's.  Then ``--breakdown`` ordinary notebooks per section (the instruct
 known mistakes) are graded once more, one at a time in this process, by the very task a
 worker runs, to show where a notebook's seconds go (kernel start and stop, imports,
 student code, visible and hidden checks, the judge, the gradebooks).  Modes may be
-left out (``--modes ""`` runs only the breakdown).  Results: bench/grading_results.md
+left out (``--modes ""`` runs only the breakdown).  Each mode's CPU seconds are counted
+too (the machine's counters, :class:`CpuMeter`): what a run costs the machine beside the
+wall time it takes.  Results: bench/grading_results.md
 and .json.  The machine's load average is recorded before and after each mode (other
 work on the machine slows the parallel modes most).
 """
@@ -131,6 +133,35 @@ def _spin(n: int) -> float:
     for i in range(n):
         x += i * i
     return time.perf_counter() - t
+
+
+class CpuMeter:
+    """CPU seconds the whole machine spends while the meter runs (``psutil.cpu_times()``: user, nice, system, irq,
+    softirq; idle, iowait and steal left out), and this process's own share.  The machine's counters see every
+    process a run starts (workers, fork servers, kernels, nbgrader) at no cost to the run; on a machine doing
+    nothing else (the load average is recorded beside it) they measure what the run cost.  A two-core machine
+    gives a run at most 2 CPU-seconds per second of wall time."""
+
+    FIELDS = ("user", "nice", "system", "irq", "softirq")
+
+    def _machine(self) -> float:
+        import psutil
+
+        t = psutil.cpu_times()
+        return sum(getattr(t, f, 0.0) for f in self.FIELDS)
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def __enter__(self):
+        self._start = (self._machine(), self._own())
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = self._machine() - self._start[0]
+        self.own = self._own() - self._start[1]
 
 
 def machine_parallelism(n: int = 20_000_000, procs: int = 2) -> dict:
@@ -367,10 +398,13 @@ def main(argv=None):
             root = _copy(template, base / mode)
             load0 = os.getloadavg()[0]
             extra = {}
+            meter = CpuMeter()
             if mode == "serial":
-                secs = run_serial(root, sections)
+                with meter:
+                    secs = run_serial(root, sections)
             elif mode.startswith("dask"):
-                secs, _ = run_dask(root, sections, workers=int(mode[4:] or 2))
+                with meter:
+                    secs, _ = run_dask(root, sections, workers=int(mode[4:] or 2))
                 extra["per_notebook"] = seconds_per_notebook(root)
                 if args.report and mode == "dask2":
                     from instructor.report import write_report
@@ -378,7 +412,8 @@ def main(argv=None):
                     for sec in sections:
                         print("report:", write_report(root, sec, Path(args.report)), flush=True)
             elif mode == "cluster":
-                secs, _, started = run_cluster(root, sections)
+                with meter:
+                    secs, _, started = run_cluster(root, sections)
                 extra["cluster_start_s"] = round(started, 1)
                 extra["per_notebook"] = seconds_per_notebook(root)
             else:
@@ -390,6 +425,7 @@ def main(argv=None):
             if serial_cells is not None and mode != "serial":
                 diff = sorted(k for k in set(cells) | set(serial_cells) if cells.get(k) != serial_cells.get(k))
                 same = "yes" if not diff else f"no: {len(diff)} differ ({', '.join(diff[:4])})"
+            extra["cpu"] = {"seconds": round(meter.seconds, 1), "this_process": round(meter.own, 1)}
             results["modes"][mode] = {"seconds": round(secs, 1), "load_before": round(load0, 2),
                                       "load_after": round(os.getloadavg()[0], 2), "submissions": len(cells),
                                       "same_scores_as_serial": same, **extra}
@@ -402,12 +438,15 @@ def main(argv=None):
     s = results["modes"].get("serial", {}).get("seconds")
     lines = [f"# Class grading bench ({', '.join(sections)}; {args.per_section} submissions per section; "
              f"{os.cpu_count()} CPUs)", "",
-             "| mode | wall s | speed-up vs serial | load avg before → after | same per-cell scores as serial |",
-             "|---|---|---|---|---|"]
+             "| mode | wall s | speed-up vs serial | machine's CPU s (this process's) | cores busy | "
+             "load avg before → after | same per-cell scores as serial |",
+             "|---|---|---|---|---|---|---|"]
     for mode, r in results["modes"].items():
         up = f"{s / r['seconds']:.2f}×" if s and r["seconds"] else ""
-        lines.append(f"| {mode} | {r['seconds']} | {up} | {r['load_before']} → {r['load_after']} | "
-                     f"{r['same_scores_as_serial'] or ''} |")
+        cpu = r["cpu"]
+        busy = f"{cpu['seconds'] / r['seconds']:.2f}" if r["seconds"] else ""
+        lines.append(f"| {mode} | {r['seconds']} | {up} | {cpu['seconds']} ({cpu['this_process']}) | {busy} | "
+                     f"{r['load_before']} → {r['load_after']} | {r['same_scores_as_serial'] or ''} |")
     par = results["parallelism"]
     lines += ["", f"This machine's ceiling for two workers: two CPU-bound Python processes side by side finish "
               f"{par['ceiling']:.2f}× faster than one after the other ({par['one_alone_s']} s alone, "
