@@ -38,8 +38,8 @@ def zyg():
     return z
 
 
-def _json(z, code, **kw):
-    rc, out, err = z.run(code, 64, 2048, ENV, **kw)
+def _json(z, code, env=ENV, **kw):
+    rc, out, err = z.run(code, 64, 2048, env, **kw)
     assert rc == 0, err
     return json.loads(out.strip().splitlines()[-1])
 
@@ -177,9 +177,7 @@ def test_a_kernel_finds_torchs_compiler_stack_and_matplotlib_only_as_its_environ
     env = dict(ENV, MPLBACKEND="svg")
     z = zygote.get(env, 64, 2048)
     assert z is not None, zygote.why_not()
-    rc, out, err = z.run(PRELOADED, 64, 2048, env)
-    assert rc == 0, err
-    seen = json.loads(out.strip().splitlines()[-1])
+    seen = _json(z, PRELOADED, env=env)
     assert seen["dynamo"] and seen["plots"] and seen["backend"] == "svg", seen
 
 
