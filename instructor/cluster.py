@@ -127,6 +127,9 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     if todo:
         ctx = contextlib.nullcontext(client) if client is not None else cluster(workers, scheduler, log)
         with ctx as cl:
+            from .workerplugin import imports_first
+
+            imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
             to_grade = sorted({item[0] for item in todo}, key=sections.index)
             warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"))
             for section in to_grade:   # here, once, while the workers warm up
