@@ -376,11 +376,16 @@ def _value_case(what):
     return [Case("value", what, kind="value", api="any", atol=0.01)]
 
 
+# The hand-computed mistakes that are the same cause as the PyTorch exercises' (one row each in the class report).
+HAND_CAUSES = {"not_scaled": "no_scale", "by_d_k": "scale_dk", "columns": "softmax_axis"}
+
+
 def _hand(name, cell, ref, mistakes, variant, what):
     return Exercise(
         name=name, cell=cell, given=HAND_GIVEN, reference=f"{_HELPERS}{name} = {ref}",
         # mistakes and variants are whole solution cells: each carries its own helper
-        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = {code}") for k, msg, code in mistakes],
+        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = {code}", cause=HAND_CAUSES.get(k))
+                  for k, msg, code in mistakes],
         variants=[Variant("typed_lists", variant), Variant("rounded_2dp", f"{_HELPERS}{name} = np.round({ref}, 2)")],
         cases=_value_case(f"{what} of the 3-token example"),
     )
@@ -449,5 +454,9 @@ POINTS = {   # what each hidden check is worth; a hidden cell's points are the s
                       "best_device": 0.125},
 }
 
-SECTION = Section("02_qkv_by_hand", [SOFTMAX, PREDICTED_STD, SDPA, FIXED_ATTENTION, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
-                                     OUTPUT_HAND], points=POINTS)
+SECTION = Section("02_qkv_by_hand", [SOFTMAX, PREDICTED_STD, SDPA, FIXED_ATTENTION, SELF_ATTENTION, SCORES_HAND,
+                                     SCALED_HAND, WEIGHTS_HAND, OUTPUT_HAND], points=POINTS, titles={
+    "no_scale": "the scores are not divided by √d_k",
+    "scale_dk": "the scores are divided by d_k instead of √d_k",
+    "softmax_axis": "the softmax runs over the wrong axis (each query's row of weights must sum to 1)",
+})

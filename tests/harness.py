@@ -150,6 +150,45 @@ class Course:
                 if c.metadata.get("nbgrader", {}).get("grade")}
 
 
+def expected_cell_scores(section: str, source, ex, code: str) -> dict:
+    """{grade_id: score} of every hidden cell that checks ``ex``, with ``code`` in its solution cell, as the judge
+    scores it: the in-process grader (the same judge and reference data) on each check of the cell, the cell's
+    points shared by the checks that pass (``judge.verdict.earn``)."""
+    import os
+
+    from attncourse.kernel.grader import Grader
+    from attncourse.protocol.calls import check_calls
+    from authoring.references import define
+    from judge.verdict import cell_score, earn
+
+    old = os.environ.get("ATTNCOURSE_ROOT")
+    os.environ["ATTNCOURSE_ROOT"] = str(ROOT)
+    try:
+        grader = Grader(section)
+    finally:
+        if old is None:
+            os.environ.pop("ATTNCOURSE_ROOT", None)
+        else:
+            os.environ["ATTNCOURSE_ROOT"] = old
+    obj = define(ex, code)
+    context = ex.context() if ex.context else {}
+    out = {}
+    for cell in source.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        calls = check_calls(cell.source) if cell.cell_type == "code" and meta.get("grade") else []
+        if not any(e == ex.name for e, _ in calls):
+            continue
+        assert all(e == ex.name for e, _ in calls), f"{meta['grade_id']} checks more than one exercise"
+        grader.collect = []
+        for e, case in calls:
+            grader.check(e, case, obj, **context)
+        checks = [{"weight": float(v["points"]), "passed": v["problem"] is None} for v in grader.collect]
+        earn(checks, float(meta.get("points", 0)))
+        out[meta["grade_id"]] = cell_score(float(meta.get("points", 0)), checks)
+    grader.collect = None
+    return out
+
+
 def setup_output(course, section: str, student: str) -> str:
     """What the autograded notebook's setup cell printed (an error or a timeout shows here), for a failure message."""
     try:

@@ -245,7 +245,7 @@ def run(spec: StoredCase, answer, context: dict) -> dict:
                 out["problem"] = f"expected a function, got {T.describe_type(answer)}"
                 return out
             fn = answer
-        watch = Watch(answer, caller=globals()) if spec.how else None
+        watch = Watch(answer, caller=globals(), libraries=_names_libraries(spec.how)) if spec.how else None
         with T.t_no_grad():
             got, exc = call_guarded(fn if watch is None else _watched(fn, watch), *args, **kwargs)
         if watch is not None:   # how it was computed: facts for the judge's rules (attncourse.kernel.watch)
@@ -254,6 +254,12 @@ def run(spec: StoredCase, answer, context: dict) -> dict:
     except _MissingContext as missing:
         out["problem"] = f"the test needs {missing.args[0]!r} to be passed to the grader"
     return out
+
+
+def _names_libraries(how: dict) -> bool:
+    """Whether a case's rules refuse a function of a library other than torch (then the record lists them)."""
+    return T.any_(not p.startswith(("torch.", "aten.")) for _, patterns in (how.get("refuse") or [])
+                  for p in patterns)
 
 
 def _watched(fn, watch):

@@ -54,6 +54,7 @@ sorted_ = _builtins.sorted
 round_ = _builtins.round
 enumerate_ = _builtins.enumerate
 reversed_ = _builtins.reversed
+id_ = _builtins.id
 callable_ = _builtins.callable
 any_ = _builtins.any
 all_ = _builtins.all
