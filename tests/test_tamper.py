@@ -171,7 +171,8 @@ def test_outputs_shown_to_instructors_are_safe(batch):
 
 
 def test_honest_code_raises_no_flag():
-    """The source scan never flags a reference solution, a known mistake or a correct variant of any section."""
+    """The source scan never flags a reference solution, a known mistake, a correct variant or a shortcut (a library
+    call in plain sight) of any section."""
     import re
 
     from graders import available_sections, load_section
@@ -180,7 +181,8 @@ def test_honest_code_raises_no_flag():
     flagged = []
     for section in available_sections():
         for ex in load_section(section).exercises:
-            for code in [ex.reference or ""] + [m.code for m in ex.mistakes] + [v.code for v in ex.variants]:
+            for code in ([ex.reference or ""] + [m.code for m in ex.mistakes] + [v.code for v in ex.variants]
+                         + [c.code for c in ex.shortcuts]):
                 hits = ast_flags(code) + [why for pat, why in TAMPER_PATTERNS if re.search(pat, code)]
                 if hits:
                     flagged.append((section, ex.name, hits))

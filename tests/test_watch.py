@@ -138,3 +138,29 @@ def test_a_record_without_its_account_is_tampering():
                                        "left": 0}):
         got = judge_how(spec, {"exercise": "e", "how": how}, {})
         assert got is not None and got.tampering, how
+
+
+HIDDEN_SOFTMAX = """
+from torch.utils._python_dispatch import _disable_current_modes
+
+def online_softmax(x, block):
+    with _disable_current_modes(), torch._C.DisableTorchFunction():
+        return torch.softmax(x, dim=-1)
+"""
+
+
+def test_hiding_from_the_record_works_only_by_name_and_is_flagged():
+    """Code that pops PyTorch's modes hides a whole-row softmax from the record (the forger's case: it still needs
+    the right values, which is what an honest computation earns); the scan names it for the instructor, and the
+    same softmax in plain sight is refused and not flagged as tampering."""
+    from instructor.prescan import HIDES, ast_flags
+
+    ns: dict = {"torch": torch, "__name__": "__answer__"}
+    exec(HIDDEN_SOFTMAX, ns)
+    x = torch.randn(3, 8)
+    hidden = record(lambda t: ns["online_softmax"](t, 2), x)
+    plain = record(lambda t: torch.softmax(t, -1), x)
+    assert hidden["widest"] == 0 and "aten._softmax" not in hidden["ops"]
+    assert plain["widest"] == 8 and "aten._softmax" in plain["ops"]
+    assert HIDES in ast_flags(HIDDEN_SOFTMAX)
+    assert not ast_flags("def online_softmax(x, block):\n    return torch.softmax(x, dim=-1)\n")
