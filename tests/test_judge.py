@@ -269,3 +269,33 @@ def test_the_attributes_a_module_contract_names_are_graded():
     assert ATTR_MISSING["d_k"] in verdict(no_dk)
     wrong = next(m for m in ex.mistakes if m.key == "d_k_is_d_model")
     assert f"The attribute self.d_k is wrong. Most likely cause: {wrong.message}" in verdict(wrong.code)
+
+
+def test_a_raising_check_never_stops_the_cells_later_checks(tmp_path, monkeypatch):
+    """In the grading kernel every check records what happened to it: the student's code raising, or the grader
+    itself failing to run or describe the answer, is that check's record; the next check runs as ever."""
+    from attncourse.kernel import grader as kernel
+    from attncourse.protocol.cases import INPUTS_FILE
+
+    torch.save(_data("02_qkv_by_hand")[1], tmp_path / INPUTS_FILE)
+    monkeypatch.chdir(tmp_path)
+    published = []
+    monkeypatch.setattr(kernel, "_publish_record", lambda rec, text: published.append(rec))
+    g = kernel.Grader("02_qkv_by_hand")
+    assert g.autograding
+    good, _ = _sdpa_source()
+
+    def raises(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    ex = "scaled_dot_product_attention"
+    g.check(ex, "batched", raises)
+    real = kernel.encode_answer
+    monkeypatch.setattr(kernel, "encode_answer", lambda x: 1 / 0)     # the grader's own failure
+    g.check(ex, "masked", good)
+    monkeypatch.setattr(kernel, "encode_answer", real)
+    g.check(ex, "float64", good)
+    assert [r["case"] for r in published] == ["batched", "masked", "float64"]
+    assert published[0]["error"]["type"] == "RuntimeError"
+    assert "could not run or describe the answer (ZeroDivisionError)" in published[1]["problem"]
+    assert "answer" in published[2] and "problem" not in published[2]
