@@ -401,6 +401,9 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
                     problems.append(f"{name}: {gid} earned {cells.get(gid)} (expected at most {most:g}, what a "
                                     "plain mistake earns there)" if expect == "zero" else
                                     f"{name}: {gid} kept full marks {cells.get(gid)}")
+            for gid in getattr(mod, "ZEROED", []):   # what still zeroes a whole cell (a time-out, an error)
+                if cells.get(gid, (1, 1))[0] != 0:
+                    problems.append(f"{name}: {gid} earned {cells.get(gid)} (a cell it stopped scores 0)")
             if expect == "partial":
                 for gid in set(hidden) - set(lost):
                     if cells[gid][0] != cells[gid][1]:
