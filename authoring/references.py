@@ -15,7 +15,7 @@ import torch
 
 from attncourse.protocol.cases import DEVICE_ARG, StoredCase
 from graders import available_sections, load_section
-from graders.spec import COURSE, HOW_TITLES, PRELUDE, Case, Exercise
+from graders.spec import COURSE, GENERIC_TITLES, HOW_TITLES, PRELUDE, Case, Exercise
 
 DATA_DIR = COURSE / "graders" / "data"
 FLOAT = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -281,6 +281,9 @@ def build_section(name: str, log=print, inputs: dict | None = None) -> dict:
         for case in ex.cases:
             for key in (case.how.messages() if case.how else {}):
                 data["causes"][f"{ex.name}.{key}"] = key
+            for key, (message, _) in case.mistake_values.items():   # a wrong prediction's cause is its key
+                data["causes"][f"{ex.name}.{key}"] = key
+                data["titles"].setdefault(key, section.titles.get(key) or message)
         if ex.how is not None or any(c.how is not None for c in ex.cases):
             for rule in HOW_TITLES:
                 data["causes"].setdefault(f"{ex.name}.how.{rule}", f"how.{rule}")
@@ -296,6 +299,8 @@ def build_section(name: str, log=print, inputs: dict | None = None) -> dict:
             handouts[ex.cell] = check_handout(ex, data["cases"], context)
     if handouts:   # grade_id -> the code the student's notebook shows (judge.handout.HandOut)
         data["handouts"] = handouts
+    for cause, title in GENERIC_TITLES.items():  # causes the judge names by itself (a fixed device, a fixed dtype)
+        data["titles"].setdefault(cause, section.titles.get(cause) or title)
     for key, cause in data["causes"].items():   # a rule on how is named by its message (the section's words)
         if cause.startswith("how."):
             data["titles"].setdefault(cause, data["messages"].get(key) or HOW_TITLES.get(cause[4:], cause))

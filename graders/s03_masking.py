@@ -43,7 +43,7 @@ CAUSAL = Exercise(
                 _causal("return torch.ones(T, T, dtype=torch.bool, device=device)")),
         Mistake("ignores_device", "the device argument is ignored: the mask is created on the default device; "
                 "create it directly on `device`.", _causal("return torch.ones(T, T, dtype=torch.bool).tril()"),
-                shows="but device 'meta' was asked for (the device argument)"),
+                shows="but device 'meta' was asked for (the device argument)", cause="fixed_device"),
         Mistake("float_mask", "the mask is a float tensor of 1.0/0.0; the contract is a bool tensor (True = may "
                 "attend).", _causal("return torch.ones(T, T, device=device).tril()"),
                 shows="should be a torch.bool tensor"),

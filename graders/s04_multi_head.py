@@ -59,7 +59,7 @@ MHA_MISTAKES = [
             "the mask is moved to the CPU inside forward.",
             _mistake("        if mask is not None:\n",
                      "        if mask is not None:\n            mask = mask.cpu().bool()\n"),
-            shows="a tensor is created on a fixed device"),
+            shows="a tensor is created on a fixed device", cause="fixed_device"),
 ]
 
 MHA_EINSUM = '''

@@ -110,7 +110,7 @@ ROPE = Exercise(
         Mistake("positions_fixed_device", "the positions are created on the CPU.",
                 _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",
                       "torch.arange(offset, offset + T, dtype=work)"),
-                shows="a tensor is created on a fixed device"),
+                shows="a tensor is created on a fixed device", cause="fixed_device"),
         Mistake("offset_ignored", "the offset is ignored: the rows of x sit at positions offset, offset + 1, ..., "
                 "offset + T - 1 (a cached token is not at position 0), so position t = offset + its row index.",
                 _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",

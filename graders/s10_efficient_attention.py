@@ -531,7 +531,7 @@ WINDOW = Exercise(
                 _win("k = rotate(k, offset=self.seen)", "k, v = rotate(k, offset=self.seen), rotate(v, offset=self.seen)")),
         Mistake("positions_fixed_device", "the positions are created on the CPU.",
                 _win("torch.arange(self.seen, self.seen + t, device=k.device)", "torch.arange(self.seen, self.seen + t)"),
-                shows="a tensor is created on a fixed device"),
+                shows="a tensor is created on a fixed device", cause="fixed_device"),
     ],
     variants=[
         Variant("deque", '''

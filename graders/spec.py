@@ -140,6 +140,12 @@ HF_SAMPLING = Refusal("library_filter", ("transformers.*",),
                       "exercise is to write the nucleus rule yourself")
 
 
+# How the class report names the causes the judge finds without a catalogued mistake (judge.verdict), and a
+# catalogued mistake with the same cause key (``Mistake(..., cause="fixed_device")``, or its key).
+GENERIC_TITLES = {
+    "fixed_device": "a tensor is created on a fixed device (not the input's, or not the one asked for)",
+    "fixed_dtype": "a tensor is created with a fixed dtype (not the input's)",
+}
 HOW_TITLES = {   # how the class report names a broken rule on how an answer is computed (an exercise may word it)
     "widest": "the whole at once: one operation combined more numbers than the exercise's pieces hold",
     "largest": "a tensor larger than the computation may hold",

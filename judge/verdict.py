@@ -38,6 +38,8 @@ TOLERANCES = {
     ("float16", "accel"): (1e-2, 1e-2),
 }
 GENERIC_HINT = "It matches none of the common mistakes; re-check each step on a tiny example by hand."
+# The causes the judge names without a catalogued mistake (the class report counts them as any other cause).
+FIXED_DEVICE, FIXED_DTYPE = "fixed_device", "fixed_dtype"
 
 
 class Problem(str):
@@ -294,10 +296,10 @@ def explain_exception(error: dict, device: str | None) -> Problem:
     if "device" in low or "meta" in low:
         return problem(msg, "a tensor is created on a fixed device (e.g. torch.ones(T, T) "
                        "or .to('cpu') inside the function); create new tensors on the input's device "
-                       "(device=x.device) so the code runs unchanged on CPU and GPU.")
+                       "(device=x.device) so the code runs unchanged on CPU and GPU.", mistake=FIXED_DEVICE)
     if "dtype" in low or "expected scalar type" in low or "same dtype" in low:
         return problem(msg, "a tensor is created with a fixed dtype; use dtype=x.dtype "
-                       "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.")
+                       "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.", mistake=FIXED_DTYPE)
     return Problem(msg)
 
 
@@ -427,17 +429,18 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
                     return problem(f"{name} is on device '{g.device}' but device '{cmp.device}' was asked for "
                                    "(the device argument)",
                                    "the device argument is ignored: the tensor is created on a fixed device (the "
-                                   "default one) or moved with .to('cpu')/.cuda(); create it directly on `device`."), None
+                                   "default one) or moved with .to('cpu')/.cuda(); create it directly on `device`.",
+                                   mistake=FIXED_DEVICE), None
                 return problem(f"{name} is on device '{g.device}' but the input was on '{cmp.device}'",
                                "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
-                               "the input's device."), None
+                               "the input's device.", mistake=FIXED_DEVICE), None
             exact = getattr(e, "torch_dtype", None)
             if exact is not None and g.dtype != exact:
                 return f"{name} should be a {exact} tensor, got {g.dtype}", None
             if exact is None and cmp.dtype is not None and g.is_float and g.dtype != cmp.dtype:
                 return problem(f"{name} has dtype {g.dtype} but the input was {cmp.dtype}", "a tensor "
                                "is created with a fixed dtype (e.g. torch.tensor(...) or float32 constants); keep "
-                               "the input's dtype."), None
+                               "the input's dtype.", mistake=FIXED_DTYPE), None
             shape = g.shape
         elif cmp.api == "numpy":
             if g.kind != "ndarray":

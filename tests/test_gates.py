@@ -299,3 +299,25 @@ def test_prose_numbers_are_printed_by_code(section, tmp_root):
             if not any(abs(p - value) <= 0.5 * 10 ** -places + 1e-12 for p in printed):
                 missing.append(token)
     assert not missing, f"numbers in the prose that no code cell prints: {sorted(set(missing))}"
+
+
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
+def test_class_report_counts_every_student_and_names_each_cause_once(section, tmp_root):
+    """The class report of the graded rounds (instructor, blank, mistakes, variants, shortcuts): every hidden
+    check's pass rate counts every graded student (the same students as the per-exercise chart); the blank
+    release is named under no mistake (its find-the-bug handouts are untouched); a cause is one row, whichever
+    exercise made it (02's √d_k: the PyTorch exercises' no_scale and the hand-computed not_scaled)."""
+    from instructor.report import collect
+
+    course, spec, _, _, results = graded(section, tmp_root)
+    data = collect(course.root, section)
+    graded_students = [s for s, e in data["report"]["students"].items() if e.get("cells")]
+    assert sorted(graded_students) == sorted(results), data["report"]["students"].keys()
+    assert {c["graded"] for c in data["checks"].values()} == {len(results)}, data["checks"]
+    named = [s for row in data["mistakes"].values() for s in row["students"]]
+    assert "blank" not in named and "instructor" not in named and not any(s.startswith("variant") for s in named)
+    causes = {m.cause or m.key for ex in (spec.exercises if spec else []) for m in ex.mistakes}
+    assert set(data["mistakes"]) - causes <= {"fixed_device", "fixed_dtype"} | {
+        k for k in data["mistakes"] if k.startswith("how.")}, set(data["mistakes"]) - causes
+    if section == "02_qkv_by_hand":
+        assert "not_scaled" not in data["mistakes"] and "no_scale" in data["mistakes"]
