@@ -6,6 +6,10 @@ For every case with rules on how its answer is computed (``StoredCase.how``), th
 runs each (CPU seconds of this process: the machine's load does not count), after one warm-up run (which imports torch's compiler stack at the first dispatch mode, as a notebook's
 first operation on the ``meta`` device does; grading kernels have it preloaded).  Prints one line per case and the
 total per section.
+
+Measured (OMP_NUM_THREADS=1, 9 runs, a loaded 2-core machine; CPU seconds): about 20 µs per operation;
+02 +3.2 ms for its 13 checks (0.25 ms each), 04 +8.2 ms (0.82), 06 +2.0 ms (0.25), 09 +5.2 ms (0.74),
+10 +40.9 ms for 23 checks (1.78 ms each; tiled_attention:long_causal, 254 operations, +5.2 ms).
 """
 from __future__ import annotations
 
