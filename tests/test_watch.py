@@ -60,6 +60,9 @@ def test_library_calls_are_seen_under_every_disguise():
         "sdpa": (lambda t: F.scaled_dot_product_attention(t, t, t), "torch.nn.functional.scaled_dot_product_attention"),
         "compiled": (torch.compile(lambda t: torch.softmax(t, -1), backend="eager"), "torch.softmax"),
     }
+    warm = torch.compile(lambda t: torch.softmax(t, -1), backend="aot_eager")
+    warm(x)                                     # compiled and run before the check: its graph runs ATen ops
+    cases["compiled_warm"] = (warm, "aten._softmax")
     for name, (fn, seen) in cases.items():
         got = record(fn, x)
         assert seen in got["calls"] + got["ops"], (name, got)
