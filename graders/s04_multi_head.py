@@ -180,7 +180,7 @@ MHA = Exercise(
     # The heads are what the student builds: PyTorch's own multi-head attention is refused; the scaled dot-product
     # attention inside may be F.scaled_dot_product_attention (the fused_sdpa variant).
     how=How(refuse=(LIBRARY_MHA,)),
-    shortcuts=[Shortcut("library_mha", MHA_LIBRARY)],
+    shortcuts=[Shortcut("library_mha", MHA_LIBRARY, keeps=("attributes", "attributes_two_heads"))],
     cases=[
         _mha_case("unmasked", "a batch of 2, T=5, d_model=16, 4 heads, no mask"),
         _mha_case("causal", "a (T, T) causal mask", mask=lambda g: causal_mask_input()),

@@ -436,7 +436,8 @@ def _wrap(text: str, indent: str = "", width: int = 100) -> list[str]:
     """Feedback lines that fit a page: nbgrader's HTML shows outputs unwrapped."""
     import textwrap
 
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False) or [indent]
 
 
 def _binding_problem(calls, got) -> str:
