@@ -186,16 +186,16 @@ def check_now(section: str, exercise: str | None = None, namespace: dict | None 
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 exec(compile(source, f"<hidden checks {grade_id}>", "exec"), scope)   # noqa: S102
-            stopped = None
+            broke_off = None
         except GradingError as exc:
-            stopped = str(exc)
+            broke_off = str(exc)
         except Exception as exc:  # noqa: BLE001 - the learner's state: say what is missing
             hint = " (run the cell that defines it first)" if isinstance(exc, NameError) else ""
-            stopped = f"{type(exc).__name__}: {exc}{hint}"
+            broke_off = f"{type(exc).__name__}: {exc}{hint}"
         verdicts, grader.collect = grader.collect, None
         messages = [f"{v['name']}: {v['problem']}" for v in verdicts if v["problem"] is not None]
-        _tally(exercises, ", ".join(checked), grade_id, 0.0 if stopped else _earned(points, verdicts), points,
-               messages + ([stopped] if stopped else []))
+        _tally(exercises, ", ".join(checked), grade_id, 0.0 if broke_off else _earned(points, verdicts), points,
+               messages + ([broke_off] if broke_off else []))
     if exercise and not exercises:
         raise SystemExit(f"no hidden check of {exercise!r} in {section}")
     result = {**_result(section, exercises, t0), "live": True}
