@@ -22,11 +22,13 @@ exactly one record per check, in order, and judges each record against the
 instructor's reference (:func:`judge.verdict.judge_record`).  The verdict is
 written as data into the cell's metadata (``cell.metadata["attncourse"]``, the format is in
 :mod:`judge.autograded`, its one reader); the records in the outputs are replaced by
-what the student may see: ``✓ check`` lines, and for a failed check an error output carrying
-the judge's message (nothing reads those words back).  Then, for every grade cell, it removes
-whatever nbgrader would read as a score that the judge did not put there: an
-``execute_result`` (nbgrader's partial credit) becomes plain display data.  Missing,
-extra, repeated or reordered records make the cell score 0 with "tampering
+what the student may see: ``✓ check  [points]`` / ``✗ check  [0 / points]`` lines with the judge's
+message under a failed one, and the cell's points (nothing reads those words back).  Then, for every
+grade cell, it removes whatever nbgrader would read as a score that the judge did not put there (an
+``execute_result`` becomes plain display data) and writes the one it did: the cell's score as its last
+output, an ``execute_result`` (nbgrader's partial credit, :func:`score_output`): the points of the checks
+that pass (credit per check), or 0 where the cell is zeroed (a time-out, an error outside the checks,
+stderr, tampering).  Missing, extra, repeated or reordered records make the cell score 0 with "tampering
 suspected".  Visible-check cells are worth 0 points (their verdict is made in the
 kernel, which the student controls): every point comes from the judge.  Whether a cell
 hit nbgrader's cell timeout is what ``IsolatedExecute`` saw, never an error's name (student
