@@ -332,6 +332,23 @@ def tiled_attention(q, k, v, block_size, causal=False):
         m = m_new
     return acc / l
 '''),
+        Variant("smaller_tiles", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    tile = max(1, block_size // 2)                                # tiles of half the block: even less memory
+    T_q = q.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    for start in range(0, k.shape[-2], tile):
+        s = torch.matmul(q, k[..., start:start + tile, :].mT) / math.sqrt(q.shape[-1])
+        if causal:
+            keys = torch.arange(start, start + s.shape[-1], device=q.device)
+            s = s.masked_fill(keys > torch.arange(T_q, device=q.device).unsqueeze(-1), float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        alpha, p = torch.exp(m - m_new), torch.exp(s - m_new)
+        l, acc, m = l * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ v[..., start:start + tile, :], m_new
+    return acc / l
+'''),
     ],
     cases=[
         _tiled_case("basic", "T=8, d=4, blocks of 3", _qkv(), 3),
