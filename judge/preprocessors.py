@@ -34,7 +34,8 @@ code can raise a ``CellTimeoutError`` of its own).
 
 Finally every output and every markdown cell is made safe to show an instructor
 (:mod:`judge.sanitize`): formgrader, the feedback HTML and the class report
-render the autograded notebook.
+render the autograded notebook.  A markdown cell whose rendering the sanitizer would change is replaced by
+that sanitized rendering (raw HTML that any markdown renderer passes through as it is).
 """
 from __future__ import annotations
 
@@ -232,9 +233,9 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
                     cell.metadata[KEY] = verdict(cell.outputs, [], [], [], i in timed_out)
                 cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
             elif cell.cell_type == "markdown":
-                cell.source = safe_markdown(cell.source)
                 if "attachments" in cell:
                     cell.attachments = safe_attachments(cell.attachments)
+                cell.source = safe_markdown(cell.source, cell.get("attachments"))
             elif cell.cell_type == "raw":
                 cell.metadata.pop("format", None)
                 cell.metadata.pop("raw_mimetype", None)
