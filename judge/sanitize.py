@@ -268,6 +268,28 @@ def safe_attachments(attachments) -> dict:
     return out
 
 
+def safe_notebook(nb, markdown: bool = True):
+    """Make a notebook safe to show an instructor, in place: every code cell's outputs (:func:`safe_outputs`,
+    ``scored`` for grade cells), markdown cells' attachments (raster images) and, with ``markdown``, their
+    source (:func:`safe_markdown`), raw cells' format (never raw HTML), and no widget state (formgrader would
+    run its JavaScript).  JudgeRecords' last step; the renderer's own (judge.preprocessors.SafeToShow) without
+    ``markdown``, which its markdown2html filter sanitizes after rendering."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            scored = bool((cell.get("metadata", {}).get("nbgrader") or {}).get("grade"))
+            cell.outputs = safe_outputs(cell.get("outputs", []), scored=scored)
+        elif cell.cell_type == "markdown":
+            if "attachments" in cell:
+                cell.attachments = safe_attachments(cell.attachments)
+            if markdown:
+                cell.source = safe_markdown(cell.source, cell.get("attachments"))
+        elif cell.cell_type == "raw":
+            cell.metadata.pop("format", None)
+            cell.metadata.pop("raw_mimetype", None)
+    nb.metadata.pop("widgets", None)
+    return nb
+
+
 # -- text for a terminal, a spreadsheet, a plot -----------------------------------------------------------
 # ANSI/VT escape sequences: CSI (colours, cursor moves, erase), OSC (titles, links) and DCS/PM/APC strings,
 # two-character escapes, and the 8-bit CSI

@@ -213,6 +213,8 @@ def test_nbgraders_templates_render_through_the_course_filters(template):
         "text/html": "<img src=x onerror=pwned(900)>", "application/javascript": "pwned(901)",
         "image/svg+xml": "<svg onload=pwned(902)></svg>", "text/markdown": "[m](javascript&#58;pwned(903))",
         "text/plain": "x"})]
+    code.outputs.append(nbformat.v4.new_output("display_data", data={"image/png": "AAAA"},
+                                               metadata={"image/png": {"width": "1 onerror=pwned(904)"}}))
     cells.append(code)
     nb = nbformat.v4.new_notebook(cells=cells)
     base = os.path.join(os.path.dirname(nbgrader.__file__), "server_extensions", "formgrader", "templates")
@@ -230,7 +232,7 @@ def test_nbgraders_templates_render_through_the_course_filters(template):
     assert "pwned(90" not in body
     assert "<em>soft</em>" in body and r"$s_{ij} = q_i \cdot k_j / \sqrt{d_k}$" in body
     bare = HTMLExporter(config=templ).from_notebook_node(nb, resources=dict(resources))[0]
-    assert len(problems(bare)) > 40 and "pwned(901)" in bare
+    assert len(problems(bare)) > 40 and "pwned(901)" in bare and 'onerror="pwned(904)"' in bare
 
 
 def test_markdown2html_filter_takes_the_cells_attachments():

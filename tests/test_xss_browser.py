@@ -178,7 +178,7 @@ _CLICK = """async (el) => {
 }"""
 _SHOWN = """() => ({
   text: document.body.innerText,
-  images: [...document.images].filter(i => i.src.startsWith('data:image/png')).map(i => i.naturalWidth),
+  images: [...document.querySelectorAll('img[alt="my plot"], img[alt="attached plot"]')].map(i => i.naturalWidth),
   headings: [...document.querySelectorAll('h2')].map(h => h.innerText),
   tables: [...document.querySelectorAll('table')].map(t => t.innerText),
   links: [...document.querySelectorAll('a[href^="https://arxiv.org"]')].map(a => a.getAttribute('href')),
@@ -244,7 +244,7 @@ def _honest_renders(shown):
     assert any("My analysis of head 3" in h for h in shown["headings"]), shown["headings"]
     assert any("entropy" in t and "0.42" in t for t in shown["tables"]), shown["tables"]
     assert shown["links"] == ["https://arxiv.org/abs/1706.03762"], shown["links"]
-    assert len(shown["images"]) >= 2 and all(w > 0 for w in shown["images"]), shown["images"]
+    assert shown["images"] == [48, 48], shown["images"]      # the inline image and the attachment, shown
     for text in (r"$s_{ij} = q_i \cdot k_j / \sqrt{d_k}$", "$x<y$", "softmax(x, dim=-1)", "My derivation",
                  "not hard", "P2 backslash-escaped colon", "P6 &#x6A;avascript:"):
         assert text in shown["text"], text

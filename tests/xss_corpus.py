@@ -134,8 +134,11 @@ display(Javascript("pwned(91)"))
 display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="pwned(92)"><script>pwned(92)</script></svg>'))
 display(Markdown("[markdown output](javascript&#58;pwned(93))"))
 display(HTML("<script>pwned(94)</script>"), metadata={"isolated": True})
+display({"image/png": "AAAA"}, raw=True, metadata={"image/png": {"width": "1 onerror=pwned(95)"}})
 """
-OUTPUT_RUNS = {90, 93, 94}   # 91 needs the page's jQuery; 92 is shown as an <img> of the SVG
+# 91 needs the page's jQuery; 92 is shown as an <img> of the SVG; 95: the classic template writes an image's width
+# unquoted, so the output's metadata adds an attribute to the <img>
+OUTPUT_RUNS = {90, 93, 94, 95}
 
 
 def output_cell():
@@ -152,6 +155,7 @@ def output_cell():
         out("display_data", data={"text/markdown": "[markdown output](javascript&#58;pwned(93))", "text/plain": "m"}),
         out("display_data", data={"text/html": "<script>pwned(94)</script>", "text/plain": "i"},
             metadata={"text/html": {"isolated": True}}),
+        out("display_data", data={"image/png": "AAAA"}, metadata={"image/png": {"width": "1 onerror=pwned(95)"}}),
     ]
     cell.execution_count = 1
     return cell
