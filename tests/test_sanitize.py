@@ -241,3 +241,31 @@ def test_markdown2html_filter_takes_the_cells_attachments():
 
     html = markdown2html(Ctx(cell={"attachments": ATTACHMENTS}, resources={}), "![p](attachment:plot.png)")
     assert f'<img src="{PNG}" alt="p">' in html
+
+
+def test_untouched_written_answers_still_score_0_without_a_human():
+    """nbgrader scores a written answer that still has its release checksum 0 (else it waits for a human): after
+    the judge's step every untouched answer of every section keeps that 0; an answer written, plain or with a
+    heading and a link (rewritten), waits for a human as before."""
+    import copy
+    import glob
+
+    from nbgrader.utils import determine_grade
+
+    from judge.sanitize import safe_notebook
+    from tests.harness import ROOT
+
+    answers = 0
+    for path in sorted(glob.glob(str(ROOT / "release" / "*" / "*.ipynb"))):
+        nb = nbformat.read(path, as_version=4)
+        judged = safe_notebook(copy.deepcopy(nb))
+        for cell, after in zip(nb.cells, judged.cells):
+            if cell.cell_type == "markdown" and cell.metadata.get("nbgrader", {}).get("grade"):
+                answers += 1
+                assert determine_grade(after)[0] == determine_grade(cell)[0] == 0, path
+                for written in ("The query looks, the key offers.", "## My answer\n\nSee [the paper](https://arxiv.org)."):
+                    cell = copy.deepcopy(cell)
+                    cell.source = written
+                    nb1 = safe_notebook(nbformat.v4.new_notebook(cells=[cell]))
+                    assert determine_grade(nb1.cells[0])[0] is None
+    assert answers >= 5

@@ -100,7 +100,7 @@ PAYLOADS: dict[int, tuple[str, str]] = {
     87: ("svg style @import", f'<svg><style>@import "{ELSEWHERE}87.css";</style></svg>'),
 }
 
-# seen in Debian's chromium (156) on nbgrader's formgrade and feedback templates with nbconvert as it comes: 48 of the
+# seen in Debian's chromium (156) on nbgrader's formgrade and feedback templates with nbconvert as it comes: 49 of the
 # corpus (with OUTPUT_RUNS) run, 6 load from elsewhere.  The others do not run even there: mistune percent-encodes a
 # tab, newline or space inside a markdown link's scheme (7-9, 12, 20) and escapes quotes in titles and alt text
 # (21, 22); chromium refuses vbscript:, top-level data: navigations, javascript: in <img>, <base> and meta refresh,
