@@ -185,13 +185,25 @@ def render_markdown(source, attachments=None, path: str = "", course: bool = Tru
     return _render(source if isinstance(source, str) else "".join(source), attachments, path, course)[0]
 
 
+# ammonia's parse (html5ever's tree builder) takes time quadratic in nesting depth: 10,000 nested tags 0.5 s, 40,000
+# 10 s (the largest markdown cell of the course renders to 120 tags). A rendering with more tags is shown as text.
+MAX_TAGS = 10_000
+
+
+def _as_text(text: str, why: str) -> str:
+    return safe_html(f"<p><em>(shown as text: {why})</em></p><pre>{html.escape(text, quote=False)}</pre>")
+
+
 def _sanitized(text: str, attachments, path: str = "") -> str:
     """:func:`safe_html` of the course's rendering; markdown the renderer fails on (formgrader would show an error
-    page, grading would stop) is shown as text."""
+    page, grading would stop) or that renders to more than MAX_TAGS tags is shown as text."""
     try:
-        return safe_html(render_markdown(text, attachments, path))
+        rendered = render_markdown(text, attachments, path)
     except Exception:  # noqa: BLE001 - whatever the renderer raises, the page (and the grading run) goes on
-        return safe_html("<pre>" + html.escape(text, quote=False) + "</pre>")
+        return _as_text(text, "the markdown renderer failed on it")
+    if rendered.count("<") > MAX_TAGS:
+        return _as_text(text, f"more than {MAX_TAGS} HTML tags")
+    return safe_html(rendered)
 
 
 @jinja2.pass_context
@@ -213,9 +225,11 @@ def safe_markdown(source, attachments=None) -> str:
     text = source if isinstance(source, str) else "".join(source)
     try:
         rendered, deviated = _render(text, attachments, "")
-        clean = safe_html(rendered)
     except Exception:  # noqa: BLE001 - the renderer fails on it: shown as text (_sanitized)
         return html_block(_sanitized(text, attachments))
+    if rendered.count("<") > MAX_TAGS:
+        return html_block(_as_text(text, f"more than {MAX_TAGS} HTML tags"))
+    clean = safe_html(rendered)
     # nbconvert's own rendering is this one unless an image became a link or an attachment is missing
     return text if clean == rendered and not deviated else html_block(clean)
 

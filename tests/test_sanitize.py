@@ -269,3 +269,17 @@ def test_untouched_written_answers_still_score_0_without_a_human():
                     nb1 = safe_notebook(nbformat.v4.new_notebook(cells=[cell]))
                     assert determine_grade(nb1.cells[0])[0] is None
     assert answers >= 5
+
+
+def test_markdown_too_deep_to_sanitize_quickly_is_shown_as_text():
+    """ammonia's parse is quadratic in nesting depth (100,000 nested tags: about a minute): a cell rendering to
+    more than MAX_TAGS tags is shown as its text, in both layers; an honest long table is still a table."""
+    from judge.sanitize import MAX_TAGS
+
+    attack = "<div>" * (MAX_TAGS + 1) + "<img src=x onerror=pwned(1)>"
+    for shown in (stock(safe_markdown(attack)), markdown2html({"cell": {}}, attack)):
+        assert "(shown as text: more than" in shown and "<img" not in shown and not problems(shown)
+        assert "&lt;img src=x onerror=pwned(1)&gt;" in safe_html(shown)
+    table = "| head | entropy |\n|---|---|\n" + "".join(f"| {i} | 0.{i} |\n" for i in range(800))
+    assert course(table).count("<tr>") == 801 and "shown as text" not in course(table)
+    assert stock(safe_markdown(table)).count("<tr>") == 801
