@@ -283,3 +283,14 @@ def test_markdown_too_deep_to_sanitize_quickly_is_shown_as_text():
     table = "| head | entropy |\n|---|---|\n" + "".join(f"| {i} | 0.{i} |\n" for i in range(800))
     assert course(table).count("<tr>") == 801 and "shown as text" not in course(table)
     assert stock(safe_markdown(table)).count("<tr>") == 801
+
+
+def test_a_missing_attachment_stops_nothing():
+    """nbconvert raises on ``attachment:`` naming no attachment (formgrader's page would fail, and the judge's step
+    with it); here it is an image that is not inline: a link to it."""
+    from nbconvert.filters.markdown_mistune import InvalidNotebook
+
+    with pytest.raises(InvalidNotebook):
+        stock("![plot](attachment:gone.png)")
+    for shown in (stock(safe_markdown("![plot](attachment:gone.png)")), markdown2html({"cell": {}}, "![plot](attachment:gone.png)")):
+        assert '<a href="attachment:gone.png"' not in shown and ">plot</a>" in shown and "<img" not in shown
