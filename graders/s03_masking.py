@@ -268,8 +268,9 @@ _tril = np.tril(np.ones((3, 3))) == 1
 
 
 def _mw(expr):
-    """A whole solution cell (the notebook gives only S_ex): the helpers, then the assignment."""
-    return f"{_HELPERS}masked_weights_hand = {expr}"
+    """A whole solution cell (the notebook gives only S_ex): the helpers, then the assignment, typed as a nested
+    list (``.tolist()`` stands for the typing: the reference data stores nested lists, the judge refuses an array)."""
+    return f"{_HELPERS}masked_weights_hand = np.asarray({expr}).tolist()"
 
 
 MASKED_HAND = Exercise(
