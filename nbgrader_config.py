@@ -105,18 +105,19 @@ c.Autograde.autograde_preprocessors = [
     IsolatedExecute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadataOnce,
 ]
-# Find-the-bug exercises (graders/sNN_*.py, Exercise(handout=...)): right after ClearSolutions, the student's copy
-# of such a solution cell gets the buggy code the reference build stored, not the stub.
+# Find-the-bug exercises (graders/sNN_*.py, Exercise(handout=...)): right after ClearSolutions (NamedStubs), the
+# student's copy of such a solution cell gets the buggy code the reference build stored, not the stub.
 from nbgrader.preprocessors import (
-    ClearHiddenTests, ClearMarkScheme, ClearSolutions,
+    ClearHiddenTests, ClearMarkScheme,
     ComputeChecksums, IncludeHeaderFooter, InstantiateTests, LockCells, SaveCells,
 )
 
 from judge.handout import HandOut
+from judge.stubs import NamedStubs   # ClearSolutions whose stubs name the exercise ("Exercise 3 (...) is not done yet")
 
 c.HandOut.course_root = str(ROOT)
 c.GenerateAssignment.preprocessors = [
-    IncludeHeaderFooter, InstantiateTests, LockCells, ClearSolutions, HandOut, ClearOutput, CheckCellMetadataOnce,
+    IncludeHeaderFooter, InstantiateTests, LockCells, NamedStubs, HandOut, ClearOutput, CheckCellMetadataOnce,
     ComputeChecksums, SaveCells, ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadataOnce,
 ]
 # Formgrader and the feedback HTML render notebooks in the instructor's browser.  JudgeRecords already made every
