@@ -347,17 +347,21 @@ def _share_with_safe_kernel(share: Path, dest: Path, python: Path):
     (dest / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec, indent=1))
 
 
-def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
+def make_exchange(exchange: Path, cid: str, instructor: str, students, root_owner: int = 0) -> Path:
     """The exchange of deploy/course_exchange.py, made (or made safe again) as root:
 
     ``exchange`` root:root 0755; ``<cid>``, ``<cid>/outbound``, ``<cid>/feedback`` the instructor's, 0755 / 0755 /
-    0711; ``<cid>/inbound`` the instructor's, 0711; ``<cid>/inbound/<student>`` the student's, group the
-    instructor's, 2750. Anything else at those places (a link, another owner) is moved aside, never followed."""
+    0711; ``<cid>/inbound`` the instructor's, 0711; ``<cid>/inbound/<student>`` the instructor's, group the
+    student's own group, 0770: the student writes there, the instructor reads it, nobody else reaches it, and
+    the student cannot change its mode (a student's chmod of a folder they owned dropped the setgid bit the old
+    layout relied on). A folder the student owns (that old layout) is handed over, its submissions kept; anything
+    else at those places (a link, a file, another owner) is moved aside, never followed. ``root_owner``: the
+    exchange root's owner (root; the peer suite, run by one account, passes its own uid)."""
     ipw = pwd.getpwnam(instructor)
 
-    def folder(path: Path, uid: int, gid: int, mode: int):
+    def folder(path: Path, uid: int, gid: int, mode: int, also_ok=()):
         st = path.lstat() if path.is_symlink() or path.exists() else None
-        if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != uid):
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid not in (uid, *also_ok)):
             # a link, a file, or a folder someone else made (the old 0777 exchange let any student do that):
             # nothing in it is trusted or followed
             path.rename(path.with_name(f"{path.name}.moved-aside-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"))
@@ -367,15 +371,33 @@ def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
         os.lchown(path, uid, gid)
         os.chmod(path, mode)
 
-    folder(exchange, 0, 0, 0o755)
+    folder(exchange, root_owner, root_owner and ipw.pw_gid, 0o755)
     course = exchange / cid
     folder(course, ipw.pw_uid, ipw.pw_gid, 0o755)
     folder(course / "outbound", ipw.pw_uid, ipw.pw_gid, 0o755)
     folder(course / "feedback", ipw.pw_uid, ipw.pw_gid, 0o711)
     folder(course / "inbound", ipw.pw_uid, ipw.pw_gid, 0o711)
     for name in students:
-        folder(course / "inbound" / name, pwd.getpwnam(name).pw_uid, ipw.pw_gid, 0o2750)
+        spw = pwd.getpwnam(name)
+        if name != instructor:
+            _check_own_group(spw)
+        folder(course / "inbound" / name, ipw.pw_uid, spw.pw_gid, 0o770, also_ok=(spw.pw_uid,))
     return course
+
+
+def _check_own_group(pw) -> None:
+    """A student's inbound folder is reached through their primary group: it must be theirs alone."""
+    import grp
+
+    try:
+        g = grp.getgrgid(pw.pw_gid)
+    except KeyError:
+        raise HubError(f"{pw.pw_name}'s primary group {pw.pw_gid} does not exist") from None
+    shared = [m for m in g.gr_mem if m != pw.pw_name]
+    shared += [u.pw_name for u in pwd.getpwall() if u.pw_gid == pw.pw_gid and u.pw_name != pw.pw_name]
+    if shared:
+        raise HubError(f"{pw.pw_name}'s primary group {g.gr_name} is shared with {', '.join(sorted(set(shared)))}: "
+                       "every student needs a group of their own (useradd --user-group)")
 
 
 def shared_venv(dest: Path, python: str) -> Path:
