@@ -613,15 +613,17 @@ def student_disk(hubdir: Path, user: str, instructor: str, inbound: Path, size: 
     disks.mkdir(exist_ok=True)
     disks.chmod(0o700)
     img, mnt = disks / f"{user}.img", disks / user
-    fresh = not img.exists()
-    if fresh:
+    if not img.exists():
         with open(img, "wb") as f:
-            os.posix_fallocate(f.fileno(), 0, size)   # reserved: the students together never fill the hub's disk
-        r = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-L", user[:16], str(img)],
-                           capture_output=True, text=True)
+            os.posix_fallocate(f.fileno(), 0, size)
+        # (nodiscard: mkfs would otherwise hand the preallocated blocks back, and the image grow as it fills)
+        r = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-E", "nodiscard", "-L", user[:16],
+                            str(img)], capture_output=True, text=True)
         if r.returncode != 0:
             img.unlink()
             raise HubError(f"mkfs.ext4 {img}: {(r.stderr or r.stdout).strip()[:200]}")
+    with open(img, "r+b") as f:   # every block reserved (again, each start): the students never fill the hub's disk
+        os.posix_fallocate(f.fileno(), 0, max(size, os.fstat(f.fileno()).st_size))
     mnt.mkdir(exist_ok=True)
     if not _mounted(mnt):
         r = subprocess.run(["mount", "-o", "loop,nosuid,nodev", str(img), str(mnt)], capture_output=True, text=True)

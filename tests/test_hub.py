@@ -126,6 +126,7 @@ class HubRun:
             if m:
                 self.passwords[m.group(2)] = m.group(3)
         assert set(self.passwords) == set(self.users), self.lines
+        print(f"./course hub started in {time.time() - deadline + timeout:.1f} s")
         self.settings = json.loads((self.hubdir / "hub.json").read_text())
         return self
 
@@ -222,7 +223,7 @@ class Pages:
     """One browser context per user (their own hub cookie); every page opened is kept for the failure report."""
 
     def __init__(self, browser, hub: HubRun):
-        self.browser, self.hub, self.pages, self.contexts = browser, hub, {}, []
+        self.browser, self.hub, self.pages, self.contexts, self.ready, self.clicked = browser, hub, {}, [], set(), {}
 
     def login(self, user, wait: bool = True):
         """Log in at the hub's page (the hub starts the user's server); ``wait``: until JupyterLab is up."""
@@ -236,9 +237,13 @@ class Pages:
             page.fill("input#username_input", user)
             page.fill("input#password_input", self.hub.passwords[user])
             page.click("#login_submit")
+            self.clicked[user] = time.time()
         page = self.pages[user]
         if wait:
             page.wait_for_selector(".jp-LabShell", timeout=240_000)   # the user's own server started, JupyterLab up
+            if user not in self.ready:
+                self.ready.add(user)
+                print(f"{user}: JupyterLab up {time.time() - self.clicked[user]:.1f} s after logging in")
         return page
 
     def close(self):
@@ -486,7 +491,9 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             nbformat.write(work, str(tmp))
             shutil.chown(tmp, student, student)
             os.replace(tmp, folder / f"{SECTION}.ipynb")
+            t = time.time()
             nb = NotebookPage(page, UserLab(hub, student), f"{SECTION}/{SECTION}.ipynb").open(timeout=180)
+            print(f"{student}: first notebook open in {time.time() - t:.1f} s")
             nb.type_into(nb.cell("def scaled_dot_product_attention", "YOUR CODE HERE"), answers[student])
             nb.save()
             dialog = nb.validate(timeout=300)
@@ -1003,27 +1010,28 @@ def test_one_student_exhausting_their_disk_and_files_leaves_the_class_working(hu
     honest, attacker = hub.students
     limits = resolve_limits(hub.settings["limits"])
     assert hub.settings.get("disks"), f"no disks of their own here: {hub.settings.get('no_disk')}"
+    _server_up(hub, honest, _token(hub, honest))   # (its cgroups: the attacker tries to read them)
     cgroup_files = [str(p) for p in CGROUPS.glob(f"*/attncourse-hub/{honest}/*")
                     if p.name in ("cgroup.procs", "memory.usage_in_bytes", "memory.current", "pids.current")]
     token = _token(hub, attacker)
     _server_up(hub, attacker, token)
     machine = os.statvfs(hub.settings["state"])   # the hub's state: the machine's disk
     t = time.time()
-    out = json.loads(_in_kernel(hub, attacker, token, f"CGROUP_FILES = {cgroup_files!r}\n" + ATTACKER).strip()
-                     .splitlines()[-1])
-    print(f"the attack from {attacker}'s kernel ({time.time() - t:.0f} s): {json.dumps(out)}")
-    disk = parse_size(DISK)
-    assert out["home"][1] in ("ENOSPC", "EFBIG") and out["home"][0] <= disk, out
-    assert out["tmp"][1] in ("ENOSPC", "EFBIG") and out["tmp"][0] <= disk, out
-    assert out["shm"][1] == "ENOSPC" and out["shm"][0] <= 64 << 20, out
-    assert out["inodes"][1] in ("ENOSPC", "EDQUOT") and out["inodes"][0] <= INODES, out
-    assert out["open_files"][1] == "EMFILE" and out["open_files"][0] < limits["open_files"], out
-    assert cgroup_files and set(out["others_cgroups"].values()) == {"EACCES"}, out
-    after = os.statvfs(hub.settings["state"])
-    used = ((machine.f_bavail - after.f_bavail) * after.f_frsize, machine.f_favail - after.f_favail)
-    print(f"the machine's disk meanwhile: {used[0] / 2**20:.1f} MiB and {used[1]} inodes used")
-    assert used[0] < 64 << 20 and used[1] < 1000, used   # (others work on this machine too)
     try:
+        out = json.loads(_in_kernel(hub, attacker, token, f"CGROUP_FILES = {cgroup_files!r}\n" + ATTACKER).strip()
+                         .splitlines()[-1])
+        print(f"the attack from {attacker}'s kernel ({time.time() - t:.0f} s): {json.dumps(out)}")
+        after = os.statvfs(hub.settings["state"])
+        used = ((machine.f_bavail - after.f_bavail) * after.f_frsize, machine.f_favail - after.f_favail)
+        print(f"the machine's disk meanwhile: {used[0] / 2**20:.1f} MiB and {used[1]} inodes used")
+        assert used[0] < 64 << 20 and used[1] < 1000, used   # (others work on this machine too)
+        disk = parse_size(DISK)
+        assert out["home"][1] in ("ENOSPC", "EFBIG") and out["home"][0] <= disk, out
+        assert out["tmp"][1] in ("ENOSPC", "EFBIG") and out["tmp"][0] <= disk, out
+        assert out["shm"][1] == "ENOSPC" and out["shm"][0] <= 64 << 20, out
+        assert out["inodes"][1] in ("ENOSPC", "EDQUOT") and out["inodes"][0] <= INODES, out
+        assert out["open_files"][1] == "EMFILE" and out["open_files"][0] < limits["open_files"], out
+        assert cgroup_files and set(out["others_cgroups"].values()) == {"EACCES"}, out
         # the class meanwhile, the attacker's disk full (bytes and inodes): a login (PAM and the hub's database),
         # a submission, collect, feedback
         _token(hub, honest)
@@ -1084,6 +1092,33 @@ def test_a_student_cannot_stop_the_class_collection(hub, released):
     log = _ok(_nbg_instructor(hub, nbg, "list", "--inbound", "--remove", SECTION))
     left = _ok(_nbg_instructor(hub, nbg, "list", "--inbound", SECTION))
     assert s1 not in left and s2 not in left, (log, left)
+
+
+FORK_SERVER_PROBE = ("import os, sys; sys.path.insert(0, os.getcwd()); from judge import sandbox, zygote; "
+                     "z = zygote.get(sandbox.kernel_env(os.environ, '/tmp'), 64, 2048); "
+                     "print('started' if z else zygote.why_not())")
+
+
+@pytest.mark.slow
+def test_the_preloaded_fork_server_starts_on_the_hub(hub):
+    """On the hub the preloaded fork server never started ("No module named 'resource'"), so every grading kernel
+    was a fresh sandbox: the hub's Python lived in its folder under /tmp (the tests' hub), and a kernel's /tmp is
+    its own, hiding it. ./course hub refuses a folder under /tmp; the fork server starts for the instructor in the
+    course folder. Paired: the same Python copied under /tmp fails as before."""
+    from deploy.hub import _why_not_dir, base_python, shared_venv
+
+    assert "under /tmp" in _why_not_dir(Path("/tmp/attncourse-hub")) and _why_not_dir(hub.hubdir) is None
+    got = hub.as_user(hub.instructor, f"{hub.settings['venv']}/bin/python", "-c", FORK_SERVER_PROBE, cwd=hub.course,
+                      timeout=300)
+    assert got.stdout.strip().splitlines()[-1:] == ["started"], got.stdout + got.stderr
+    under_tmp = Path(tempfile.mkdtemp(prefix="attncourse-hub-python-", dir="/tmp"))
+    try:
+        venv = shared_venv(under_tmp / "venv", base_python(under_tmp / "python"))
+        before = subprocess.run([str(venv / "bin" / "python"), "-c", FORK_SERVER_PROBE], cwd=hub.course,
+                                capture_output=True, text=True, timeout=300)
+        assert "No module named 'resource'" in before.stdout, before.stdout + before.stderr
+    finally:
+        shutil.rmtree(under_tmp, ignore_errors=True)
 
 
 @pytest.mark.slow
