@@ -103,7 +103,7 @@ class HubRun:
         return f"http://{user}.localhost:{self.port}/user/{user}"
 
     def start(self, timeout: float = 180):
-        roster = self.hubdir.parent / f"{self.hubdir.name}-roster.csv"    # names for one student, none for the other
+        roster = self.hubdir / "roster.csv"    # names for one student, none for the other
         roster.write_text(f"id,first_name,last_name\n{self.students[0]},Ada,Lovelace\n{self.students[1]},,\n")
         cmd = [str(ROOT / "course"), "hub", "--roster", str(roster), "--instructor", self.instructor,
                "--dir", str(self.hubdir), "--port", str(self.port), "--user-disk", DISK, "--user-inodes", str(INODES)]
