@@ -10,7 +10,10 @@ What it sets up (deploy/README.md is the instructor's page):
   ``--roster``, one student account per ``id`` of the CSV. Every student is put in the course's gradebook
   with the roster's names (formgrader lists them; the LMS export names them); without names, by login.
 * ``DIR/exchange``: the course's exchange (deploy/course_exchange.py, :func:`make_exchange`): root's; one inbound
-  folder per student that only that student writes and only the instructor reads besides.
+  folder per student (the instructor's, group the student's own, 0770) that only that student writes and only the
+  instructor reads besides.
+* ``DIR/disks``: each student's disk (:func:`student_disk`, ``--user-disk``, ``--user-inodes``): an ext4 image on a
+  loop device holding their home, their inbound folder and their server's /tmp, mounted while the hub runs.
 * ``DIR/venv``: the Python every user's server and kernels run: a view of this checkout's ``.venv`` (its
   packages, read in place; its console scripts) on its own interpreter (copied to ``DIR/python`` when it
   lives where only root can enter, as pyenv's under /root), with its own copy of the ``attncourse`` package (what students install anyway: no solutions, no
@@ -25,7 +28,8 @@ What it sets up (deploy/README.md is the instructor's page):
 * This checkout holds the solutions too: its entries but ``.venv`` are closed to other users
   (``chmod o-rwx``); the checkout itself keeps ``o+x`` so that the venv stays reachable.
 
-Then it runs JupyterHub (``deploy/jupyterhub_config.py``, PAM logins, local single-user servers) with
+Then it runs JupyterHub (``deploy/jupyterhub_config.py``, PAM logins, local single-user servers, each on an origin
+of its own: ``http://<user>.localhost:PORT``, the hub on ``http://localhost:PORT``) with
 the proxy ``configurable-http-proxy`` from ``deploy/node_modules`` (``npm ci --prefix deploy``) until
 Ctrl-C, and then stops the hub, the proxy, every single-user server and every kernel of the hub's users.
 """
