@@ -191,6 +191,7 @@ def test_a_link_anywhere_below_inbound_is_refused(course):
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounts a small filesystem (root)")
+@pytest.mark.slow
 def test_a_submit_that_fails_midway_leaves_nothing_collect_would_take(tmp_path):
     """A full disk mid-submit (it left a 0-byte notebook that collect took as the newest submission): the
     submit fails saying nothing was submitted, and collect takes the earlier complete one. Paired: with room,
@@ -227,6 +228,7 @@ def test_a_submit_that_fails_midway_leaves_nothing_collect_would_take(tmp_path):
         subprocess.run(["umount", "-l", str(exchange)], check=False)
 
 
+@pytest.mark.slow
 def test_a_notebook_that_is_not_one_is_passed_over_for_the_students_previous_submission(course):
     """A submission whose notebook is 0 bytes (or not JSON) is left out with its reason and the student's next
     newest taken; paired with a newer valid one, which is taken."""
@@ -243,6 +245,7 @@ def test_a_notebook_that_is_not_one_is_passed_over_for_the_students_previous_sub
     assert (course.collected() / "timestamp.txt").read_text() == ex.format_time(ex.folder_time(str(newer)))
 
 
+@pytest.mark.slow
 def test_list_inbound_shows_the_kernels_time_and_remove_takes_a_submission_out(course):
     """``list --inbound`` showed the time in the folder's name, which the student chooses; it shows the kernel's.
     ``--remove`` takes it out of the listing and of collect."""
@@ -257,6 +260,7 @@ def test_list_inbound_shows_the_kernels_time_and_remove_takes_a_submission_out(c
     assert "No submissions" in course.nbgrader("collect", "ps1")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("secret", ["missing", "invalid"])
 def test_release_feedback_leaves_out_only_the_student_whose_secret_is_missing_or_invalid(course, secret):
     """Deleting submission_secret.txt from one's own submission crashed release_feedback (1 of 3 released): that
