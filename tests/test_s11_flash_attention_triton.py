@@ -91,6 +91,7 @@ def test_backward_reference_equals_autograd_in_float64():
         assert torch.allclose(dk, kg.grad, atol=1e-6) and torch.allclose(dv, vg.grad, atol=1e-6), causal
 
 
+@pytest.mark.slow   # a kernel at T = 1024 in the interpreter, twice: seconds
 def test_predicted_tiles_are_what_the_kernel_loads():
     """The prediction exercise's answer is what the reference kernel's loads of k count at T = 1024, 64 × 64."""
     from attncourse.teach.flash import traffic
@@ -168,6 +169,7 @@ KERNEL = """
 """
 
 
+@pytest.mark.slow   # a fresh Python importing torch._dynamo: seconds
 def test_triton_mode_interprets_a_library_imported_with_the_compiler_on(tmp_path):
     """torch._dynamo imports triton.language with the compiler on (the grading kernels' fork server preloads it):
     setting TRITON_INTERPRET afterwards leaves tl.max and tl.sum compiled-only and the kernel fails; triton_mode
@@ -189,6 +191,7 @@ def test_triton_mode_interprets_a_library_imported_with_the_compiler_on(tmp_path
     assert seen["after"] is True and "interpreter" in seen["mode"]
 
 
+@pytest.mark.slow   # a fresh Python: seconds
 def test_counting_a_compiled_kernel_runs_it_interpreted_then_puts_it_back(tmp_path):
     """Where kernels are compiled (a GPU machine) the hidden tests count tiles by running the launcher's kernels
     interpreted for a while. Shown on this CPU with a compiled-mode kernel, which cannot run here by itself."""
@@ -209,6 +212,7 @@ def test_counting_a_compiled_kernel_runs_it_interpreted_then_puts_it_back(tmp_pa
 
 
 @pytest.mark.xdist_group("sandbox")
+@pytest.mark.slow   # a fork server started: seconds
 def test_a_kernel_forked_for_grading_interprets_inside_the_sandbox():
     """In a child of the grading kernels' fork server (seccomp in force, uid 65534, Triton preloaded with the
     compiler on by torch._dynamo): triton_mode chooses the interpreter because of the filter, a kernel runs with no
