@@ -3,7 +3,7 @@
 * :func:`triton_mode` — chooses, before the first ``@triton.jit``, how kernels run here: compiled for the GPU
   where one can compile (a CUDA device, outside the grading sandbox), else in Triton's interpreter
   (``TRITON_INTERPRET=1``: each program runs in Python and NumPy on the CPU, one after the other).  Triton reads
-  that setting when a function is decorated (``triton.knobs.runtime.interpret``, Triton 3.7–3.9), its own
+  that setting when a function is decorated (``triton.knobs.runtime.interpret``, Triton 3.6–3.9), its own
   library's included (``tl.max``, ``tl.sum``, ``tl.cdiv`` are ``@jit`` functions of ``triton.language``): where
   ``triton.language`` was imported before with the compiler on — ``import torch._dynamo`` imports it, and the
   grading kernels' fork server preloads that — those functions are replaced by interpreted ones
@@ -191,8 +191,17 @@ def install_checks():
         _access(ptrs, mask, "write")
         return store(ptrs, value, mask, *rest, **kw)
 
+    patch_tensor = I._patch_lang_tensor
+
+    def _patch_lang_tensor(tensor, scope):
+        # Triton 3.6's interpreter turns a one-element tensor into an int with int(array), which fails for the
+        # (1,)-shaped result of tl.minimum: `range(0, tl.minimum(...), BLOCK)` then breaks. 3.7 squeezes first.
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
+
     executor._init_args_hst, executor.__call__ = _init_args_hst, __call__
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+    I._patch_lang_tensor = _patch_lang_tensor
     I._attncourse_checked = True
 
 
