@@ -300,8 +300,9 @@ EXP2 = Exercise(
     reference=EXP2_REF,
     handout="lse_base2",
     mistakes=[
-        Mistake("lse_base2", "the log-sum-exp is stored in base-2 units: m_i (a maximum of s · log2 e) and "
-                "log2(l_i) add up to log2 Σ e^s. Multiply the sum by ln 2 to get the natural log-sum-exp.",
+        Mistake("lse_base2", "O is right but the saved log-sum-exp is not: on every row it is about 1.44 times "
+                "torch.logsumexp of the scaled scores, whatever the scores are — a question of units, not of "
+                "rounding.",
                 _exp2("(m_i + tl.log2(l_i)) * 0.6931471805599453", "m_i + tl.log2(l_i)")),
         Mistake("lse_mixed_units", "m_i is in base-2 units and log(l_i) natural: convert the whole base-2 "
                 "log-sum-exp, (m_i + log2 l_i) · ln 2.",

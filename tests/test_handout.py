@@ -135,6 +135,7 @@ FIX_WORDS = {
     "fixed_cached_sdpa": ["attn_mask", "is_causal", "tril(", "bottom-right", "top-left"],
     "evaluate_loss": ["model.eval", "eval()", "model.train(", "was_training", "eval mode"],
     "combine_partials": ["logaddexp", "torch.maximum", "log(e^"],
+    "flash_forward_exp2": ["ln 2", "0.693", "multiply", "log2 e", "base-2", "base 2", "natural log"],
 }
 
 # The handouts' messages before this rule (two of them), and 02's handout with its unused d_k: each must be caught.
