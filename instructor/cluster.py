@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import stat
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,34 +65,169 @@ def quiet() -> bool:
 
 
 @contextlib.contextmanager
-def cluster(workers: int | None = None, scheduler: str | None = None, log=print):
-    """A Dask client: on ``scheduler`` (or $ATTNCOURSE_DASK_SCHEDULER), else a LocalCluster of processes."""
-    import dask
-    from distributed import Client, LocalCluster
+def cluster(workers: int | None = None, scheduler: str | None = None, log=print, security=None,
+            insecure: bool = False):
+    """A Dask client no other account can use: on ``scheduler`` (or $ATTNCOURSE_DASK_SCHEDULER), else a LocalCluster
+    of processes (:func:`local_cluster`).  A cluster given by address must speak TLS (``tls://``; ``security``: a
+    :class:`distributed.Security`, else Dask's own TLS settings), unless ``insecure`` says the instructor knows no
+    other account can reach it."""
+    from distributed import Client
 
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV)
     if scheduler:
-        with Client(scheduler, timeout="30s") as client:
+        with Client(scheduler, timeout="30s", security=remote_security(scheduler, security, insecure)) as client:
             yield client
         return
-    n = workers or os.cpu_count() or 1
-    # allowed-failures 0: a task whose worker died fails at once, and the coordinator resubmits it once itself
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                          "distributed.worker.daemon": False,       # kernels are child processes of the worker
-                          "distributed.admin.tick.limit": "1h"}):
-        lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
-                          dashboard_address=":0", silence_logs=40)
+    with local_cluster(workers or os.cpu_count() or 1) as lc:
+        with Client(lc) as client:   # (the cluster's security: this run's certificate)
+            yield client
+
+
+@contextlib.contextmanager
+def local_cluster(n: int):
+    """A LocalCluster of ``n`` single-threaded worker processes that admits this run alone (docs/GRADING.md,
+    "Grading a class"):
+
+    * every connection (scheduler, nannies, workers, this client) is TLS with a certificate and key made for this
+      run, in memory (``Security.temporary``): both ends must present it, so another account that finds a port
+      (``/proc/net/tcp`` names each port's owner) cannot even complete the handshake, let alone ``Client.run``;
+    * Dask's scratch (``temporary-directory``, every ``local_directory``, the folders Dask puts on ``sys.path``) is
+      a folder made fresh for the run, 0700, removed after it, never the shared ``$TMPDIR/dask-scratch-space``
+      another account can make first;
+    * the HTTP servers Dask always starts (the scheduler's and each worker's) serve no route and listen on
+      127.0.0.1 only: no dashboard (bokeh is not installed either), no /info, /json, /metrics or /health.
+    """
+    import dask
+    from distributed import LocalCluster, Security
+
+    folder = tempfile.mkdtemp(prefix="attncourse-dask-")   # 0700, a name no one could guess or make first
+    try:
+        # allowed-failures 0: a task whose worker died fails at once, and the coordinator resubmits it once itself
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                              "distributed.worker.daemon": False,       # kernels are child processes of the worker
+                              "distributed.admin.tick.limit": "1h",
+                              **private_config(folder)}):
+            lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
+                              security=Security.temporary(), protocol="tls://", host="127.0.0.1",
+                              dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
+                              local_directory=folder, silence_logs=40)
+            try:
+                yield lc
+            finally:
+                lc.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def private_config(folder: str) -> dict:
+    """Dask's settings that keep a run's files in ``folder`` and serve nothing over HTTP."""
+    return {"temporary-directory": folder,
+            "distributed.scheduler.http.routes": [], "distributed.worker.http.routes": []}
+
+
+def remote_security(address: str, security=None, insecure: bool = False):
+    """The :class:`distributed.Security` for a cluster given by address: ``security`` or Dask's configured TLS
+    (``distributed.comm.tls.*``).  A plain ``tcp://`` address is refused (a CourseError): anyone who can reach
+    it runs code as the account of its workers, unless ``insecure``."""
+    from distributed import Security
+
+    sec = security if security is not None else Security()
+    if not address.startswith("tls://") and not insecure:
+        raise CourseError(f"refusing to grade on {address}: a Dask cluster given by address must use TLS with client "
+                          "certificates (tls://HOST:PORT and the certificate in Dask's TLS settings or --tls-*; "
+                          "docs/GRADING.md, \"A cluster of your own\"): over plain TCP anyone who can reach it "
+                          "runs code as its workers' account. --insecure-scheduler grades there anyway.")
+    return sec
+
+
+def tls_security(ca_file: str, cert: str, key: str | None = None):
+    """A :class:`distributed.Security` for this client from certificate files (``./course grade --tls-*``)."""
+    from distributed import Security
+
+    return Security(tls_ca_file=ca_file, tls_client_cert=cert, tls_client_key=key, require_encryption=True)
+
+
+# -- what another account could change: the grading processes' Python path ----------------------------------
+def foreign_writable(path: str) -> str | None:
+    """Why another account could change what is found at ``path`` (a folder on ``sys.path``, a Dask config folder),
+    or None.  ``path`` (or, when it does not exist, the nearest folder above it) and every folder above it must
+    belong to this account or root and be writable by no one else; a folder above it may be writable by all
+    when it is sticky (``/tmp``: there only a file's owner renames or deletes it) and the next one down is ours."""
+    me, groups = os.geteuid(), {os.getegid()}
+    p = os.path.abspath(path or os.getcwd())
+    while not os.path.lexists(p) and p != "/":
+        p = os.path.dirname(p)
+    p = os.path.realpath(p)
+    leaf = True
+    while True:
         try:
-            with Client(lc) as client:
-                yield client
-        finally:
-            lc.close()
+            st = os.stat(p)
+        except OSError as exc:
+            return f"{p}: {exc.strerror}"
+        if st.st_uid not in (0, me):
+            return f"{p} belongs to uid {st.st_uid}"
+        others = st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and not _own_group(st.st_gid, groups))
+        if others and (leaf or not st.st_mode & stat.S_ISVTX):   # (the folder below is ours or root's: seen)
+            return f"{p} is writable by other accounts (mode {stat.S_IMODE(st.st_mode):o})"
+        if p == "/":
+            return None
+        leaf = False
+        p = os.path.dirname(p)
+
+
+def _own_group(gid: int, groups: set) -> bool:
+    """A group of this account's alone (its private group): no other member."""
+    import grp
+
+    if gid not in groups:
+        return False
+    try:
+        members = set(grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        return False
+    return members <= {_user_name()}
+
+
+def _user_name() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return ""
+
+
+def path_problems() -> list[str]:
+    """Every folder on this process's ``sys.path``, and every folder Dask reads its configuration from, that another
+    account could write to (:func:`foreign_writable`): what it plants there, this process imports or obeys."""
+    import dask.config
+
+    out = []
+    for entry in dict.fromkeys([*sys.path, *dask.config.paths]):
+        why = foreign_writable(entry)
+        if why:
+            out.append(f"{entry or '.'}: {why}")
+    return out
+
+
+def check_private(client) -> None:
+    """Refuse (CourseError) to grade where the coordinator or a worker imports from, or reads Dask's settings from,
+    a folder another account could write to (:func:`path_problems`)."""
+    problems = {"the coordinator": path_problems()}
+    try:
+        problems.update(client.run(path_problems))
+    except Exception as exc:  # noqa: BLE001
+        problems["the workers"] = [f"could not be asked: {type(exc).__name__}: {exc}"]
+    found = [f"{who}: {p}" for who, ps in problems.items() for p in ps]
+    if found:
+        raise CourseError("refusing to grade: another account could plant code in a folder the grading processes "
+                          "import from: " + "; ".join(found[:3]))
 
 
 def grade_class(root: Path, sections: list, workers: int | None = None, scheduler: str | None = None,
                 force: bool = False, timeout: int | None = None, task_timeout: float = DEFAULT_TASK_TIMEOUT,
                 students=None, feedback: bool = False, extra_env: dict | None = None, log=print,
-                client=None, canary: bool = True) -> dict:
+                client=None, canary: bool = True, security=None, insecure: bool = False) -> dict:
     """Grade every (new or changed) submission of ``sections``; return {section: report} (:mod:`instructor.outcome`).
 
     When anything is to be graded, the canary (:mod:`instructor.canary`) goes first, on the same cluster: where
@@ -125,10 +263,12 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     run = ClassRun(root, TaskSettings(timeout, task_timeout, task_env, feedback), db_url, course_id,
                    late_plugin(root), log)
     if todo:
-        ctx = contextlib.nullcontext(client) if client is not None else cluster(workers, scheduler, log)
+        ctx = (contextlib.nullcontext(client) if client is not None
+               else cluster(workers, scheduler, log, security=security, insecure=insecure))
         with ctx as cl:
             from .workerplugin import imports_first
 
+            check_private(cl)   # no folder the coordinator or a worker imports from is another account's to write
             imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
             to_grade = sorted({item[0] for item in todo}, key=sections.index)
             warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"))
@@ -168,13 +308,9 @@ def run_tasks(client, run: ClassRun, todo, kit_futures, state, results):
 
     root, log = run.root, run.log
     silent = quiet()
-    link = getattr(client, "dashboard_link", None) or "none (the scheduler serves no dashboard)"
-    try:
-        import bokeh  # noqa: F401
-    except ImportError:
-        link += " (its plots need `pip install bokeh`)"
     nworkers = len(client.scheduler_info().get("workers", {}))
-    log(f"grading {len(todo)} submission(s) on {nworkers} Dask worker(s); Dask dashboard: {link}")
+    log(f"grading {len(todo)} submission(s) on {nworkers} Dask worker(s) ({client.scheduler.address.split(':')[0]}; "
+        "no dashboard)")
     kits = kit_futures.kits
     args = {}
 
