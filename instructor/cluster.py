@@ -40,7 +40,7 @@ from . import canary as canaries
 from .config import CourseError, late_plugin, ready, release_notebook, submitted_students
 from .gradebook import duedate, graded_students, merge_result
 from .kit import KitFutures, make_kit, submission_files, with_template
-from .outcome import section_report, why_not_graded
+from .outcome import NOT_GRADED, alone_verdict, retry_alone, section_report, why_not_graded
 from .prescan import prescan_class
 from .state import load_state, record_sandbox, save_state
 from .task import DEFAULT_TASK_TIMEOUT, TaskSettings, grade_task, task_environment, warm_up
@@ -323,22 +323,35 @@ def run_tasks(client, run: ClassRun, todo, kit_futures, state, results):
 
     # At most one task per worker thread in flight: a worker that dies takes only its own task with it
     # (tasks queued on it would be counted as killed too), and a slow class never floods the scheduler.
+    # A notebook the machine may have kept from being graded (its worker died, its kernel died or did not start,
+    # the grader failed: outcome.retry_alone) waits until the others are done, then is graded again alone, so
+    # that a notebook which takes the machine's memory or processes cannot cost its neighbours their grades.
     pending = list(todo)
+    later: list = []
+    retried: set = set()
     ac = as_completed([])
+    alone = False
 
     def fill():
         try:
-            slots = max(1, sum(client.nthreads().values()))
+            slots = 1 if alone else max(1, sum(client.nthreads().values()))
         except Exception:  # noqa: BLE001
             slots = 1
         while pending and ac.count() < slots:
             ac.add(submit(pending.pop(0)))
 
     fill()
-    retried = set()
     failed = 0
     bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=silent, file=sys.stderr, dynamic_ncols=True)
-    while not ac.is_empty():
+    while True:
+        if ac.is_empty():
+            if not later:
+                break
+            pending.extend(later)
+            later.clear()
+            alone = True
+            fill()
+            continue
         fut = next(ac)
         item = args.pop(fut.key)
         section, student, files, _ = item
@@ -349,16 +362,21 @@ def run_tasks(client, run: ClassRun, todo, kit_futures, state, results):
             if kit_futures.lost(section, exc):
                 ac.add(submit(item))  # the kit's own task failed (not this submission's): send it again
                 continue
-            if name == "KilledWorker" and (section, student) not in retried:
-                retried.add((section, student))  # a dead worker: its submission is retried once
-                ac.add(submit(item))
-                continue
             why = "grading failed: worker died" if name == "KilledWorker" else f"grading failed: {name}: {exc}"
             result = {"section": section, "student": student, "hash": tree_hash(files),
                       "kit": kits[section]["hash"], "success": False, "faults": [why], "files": {},
                       "gradebook": None, "log": ""}
         finally:
             fut.release()
+        if (section, student) not in retried and retry_alone(result):
+            retried.add((section, student))
+            later.append(item)
+            fill()
+            continue
+        if (section, student) in retried and retry_alone(result):
+            verdict = alone_verdict(result)   # "not graded: …", or None: its kernel died alone, its own doing
+            if verdict:
+                result["faults"] = [f for f in result["faults"] if f != "grading failed: worker died"] + [verdict]
         fill()
         try:
             merge_result(root, run.db_url, run.course_id, result, run.late)
@@ -367,9 +385,10 @@ def run_tasks(client, run: ClassRun, todo, kit_futures, state, results):
         if not result.get("success") or result.get("faults"):
             failed += 1
         results[section][student] = result
-        came_back = result.get("gradebook") is not None or result.get("files")
+        came_back = ((result.get("gradebook") is not None or result.get("files"))
+                     and not any(f.startswith(NOT_GRADED) for f in result.get("faults", [])))
         state.setdefault(section, {})[student] = {
-            # a submission nothing came back for is graded again next time, whatever the gradebook holds
+            # a submission nothing came back for (or not graded) is graded again next time, whatever the gradebook
             "hash": result["hash"] if came_back else None, "kit": result["kit"],
             "success": result.get("success", False), "faults": result.get("faults", []),
             "reason": why_not_graded(result), "seconds": result.get("seconds"),
