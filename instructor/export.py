@@ -10,7 +10,9 @@ course section (nbgrader assignment) in order, and the "Points Possible" row Can
 (the JupyterHub login), ``SIS User ID`` the student's ``lms_user_id`` when the gradebook has one, ``ID`` (Canvas's
 own number) is left empty: Canvas matches a row by any of the three. A score is nbgrader's total less the late
 penalty; a section a student did not submit scores 0 (``--CanvasExportPlugin.missing=""`` leaves it blank, which
-Canvas reads as "no change"). Import it in Canvas: Grades ▸ Import.
+Canvas reads as "no change"); a submission no cell of which holds a score (nbgrader could not grade it: ``./course
+grade`` reported it "not graded", or why; and no one graded it by hand in formgrader) is left blank, never sent as a
+0. Import it in Canvas: Grades ▸ Import.
 
 Every cell is written as a spreadsheet shows it as text (:func:`judge.sanitize.csv_cell`): a name, id or section a
 student or a roster gave (``=HYPERLINK(…)``, ``+…``, ``-…``, ``@…``, a leading tab or carriage return) is never a
@@ -60,6 +62,9 @@ class CanvasExportPlugin(ExportPlugin):
                 except MissingEntry:
                     row.append(self.missing)
                     continue
+                if not_graded(sub):   # no score to send: Canvas keeps what it has ("no change")
+                    row.append("")
+                    continue
                 row.append(_num(max(0.0, sub.score - (sub.late_submission_penalty or 0.0))))
             out.append(row)
         return out
@@ -70,6 +75,13 @@ class CanvasExportPlugin(ExportPlugin):
         write_csv(dest, rows)
         self.log.info("Wrote %d students x %d sections in Canvas's gradebook layout to %s",
                       len(rows) - 2, len(rows[0]) - len(HEADER), dest)
+
+
+def not_graded(sub) -> bool:
+    """A submission no cell of which holds a score, automatic or manual: nbgrader could not grade it (``./course
+    grade`` said "not graded" or why) and no one has graded it by hand.  nbgrader counts it 0; it is no 0."""
+    grades = [g for nb in sub.notebooks for g in nb.grades]
+    return bool(grades) and all(g.auto_score is None and g.manual_score is None for g in grades)
 
 
 def write_csv(dest: str, rows) -> None:

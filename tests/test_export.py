@@ -131,3 +131,30 @@ def test_no_exported_cell_is_a_formula(tmp_path, plugin):
     alice = next(r for r in rows if "alice" in r)   # the honest row as it was (but the section the instructor named)
     assert alice == [("'" + v) if v in dangerous else str(v) for v in next(r for r in raw if "alice" in r)]
     assert any(v in ("Liddell, Alice", "Liddell") for v in alice) and any(v in ("6", "6.0") for v in alice), alice
+
+
+def test_a_submission_without_any_score_is_not_exported_as_zero(tmp_path):
+    """A submission nbgrader could not grade (no cell holds a score: "not graded", or its grades cleared) is left
+    blank in the Canvas CSV (Canvas: no change), never a 0; one whose checks all scored 0 is a 0; a manual score
+    given afterwards is exported."""
+    from nbgrader.api import Gradebook
+
+    from instructor.export import CanvasExportPlugin
+    from judge.scratch import new_gradebook
+
+    new_gradebook(tmp_path / "gradebook.db")
+    db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    with Gradebook(db_url, "attention-transformers") as gb:
+        gb.add_assignment("02_qkv_by_hand")
+        gb.add_notebook("02_qkv_by_hand", "02_qkv_by_hand")
+        for cell in ("softmax", "sdpa"):
+            gb.add_grade_cell(cell, "02_qkv_by_hand", "02_qkv_by_hand", max_score=5, cell_type="code")
+        for s in ("zero", "ungraded", "manual"):
+            gb.add_student(s)
+            gb.add_submission("02_qkv_by_hand", s)
+        for cell in ("softmax", "sdpa"):
+            gb.find_grade(cell, "02_qkv_by_hand", "02_qkv_by_hand", "zero").auto_score = 0
+        gb.find_grade("sdpa", "02_qkv_by_hand", "02_qkv_by_hand", "manual").manual_score = 3
+        gb.db.commit()
+        rows = {r[3]: r[5] for r in CanvasExportPlugin().rows(gb)[2:]}
+    assert rows == {"zero": "0", "ungraded": "", "manual": "3"}, rows
