@@ -13,8 +13,13 @@ Design (docs/GRADING.md, "Grading a class"):
 * **Dask's pitfalls.**  No per-task timeout in Dask: each task runs a watchdog.  The nanny's
   memory limit cannot see kernel subprocesses: it is off, and every kernel has its own limit.
   Every submit is ``pure=False``.  At most one task per worker thread is in flight, so a worker
-  that dies takes only its own task with it; that task is retried once, then recorded as
-  "grading failed: worker died" and the run goes on.  Kernels talk over unix sockets.
+  that dies takes only its own task with it.  A notebook the machine kept from being graded (its worker
+  died, its kernel died or did not start, the grader failed) is graded again alone once the others are
+  done, and recorded "not graded" (no score) where that fails for the machine's reason
+  (:func:`instructor.outcome.retry_alone`).  Kernels talk over unix sockets.
+* **Only this run reaches the cluster** (:func:`local_cluster`): TLS with a certificate made per run on
+  every connection, Dask's scratch in a fresh 0700 folder, HTTP servers with no route; grading is refused
+  where a grading process imports from a folder another account could write (:func:`check_private`).
 * **Incremental.**  ``.classgrade/state.json`` (:mod:`instructor.state`) remembers, per section
   and student, the hash of the submission's files and of the kit: a re-run grades only new or
   changed submissions, and everyone again when the tests changed; ``force`` regrades all.
