@@ -48,7 +48,7 @@ def ports():
 def session(client, address):
     print(json.dumps({"address": address, "ports": ports()}), flush=True)
     sys.stdin.readline()   # the student's turn
-    from instructor.cluster import path_problems
+    from instructor.private import path_problems
     print(json.dumps({"coordinator_bokeh": try_bokeh(), "worker_bokeh": list(client.run(try_bokeh).values()),
                       "honest": [client.run_on_scheduler(os.getuid), *client.run(os.getuid).values()],
                       "problems": [path_problems(), *client.run(path_problems).values()]}), flush=True)
@@ -260,9 +260,9 @@ def test_the_same_attacks_on_a_plain_local_cluster_run_as_the_grader(accounts, p
 
 
 def test_private_paths():
-    """:func:`instructor.cluster.foreign_writable`: a folder another account may write to (or one inside it, or a
+    """:func:`instructor.private.foreign_writable`: a folder another account may write to (or one inside it, or a
     missing one below it) is named; a private folder inside a sticky shared one is not."""
-    from instructor.cluster import foreign_writable
+    from instructor.private import foreign_writable
 
     base = Path(tempfile.mkdtemp(prefix="attncourse-paths-"))
     try:
