@@ -218,6 +218,7 @@ class Case(StoredCase):
     seed: int = 0
     mistake_values: dict = field(default_factory=dict)
     numerics: bool = False
+    native: bool = False
 
     def __init__(self, name: str, what: str, **kw):
         self.name, self.seed = name, kw.pop("seed", 0)
@@ -225,6 +226,9 @@ class Case(StoredCase):
         # a float64/bfloat16 case chosen for the numbers' sake (very negative scores, an invariant checked
         # tightly): not a check of the dtype contract, though a dtype slip still fails it
         self.numerics = kw.pop("numerics", False)
+        # the device is the one the exercise itself runs on (a Triton kernel: the best device, interpreted on a
+        # CPU), not a check of the device contract
+        self.native = kw.pop("native", False)
         kw.setdefault("args", ())
         kw.setdefault("kwargs", {})
         kw.setdefault("init", {})
@@ -244,7 +248,8 @@ class Case(StoredCase):
         (tests/test_weights.py)."""
         if self.kind in ("value", "raises", "attributes"):
             return None
-        if self.device in ("meta", "best") or "device" in (self.kwargs or {}) or DEVICE_ARG in _flat(self.args):
+        if ((self.device in ("meta", "best") and not self.native) or "device" in (self.kwargs or {})
+                or DEVICE_ARG in _flat(self.args)):
             return "device"
         if self.api != "numpy" and self.dtype != "float32" and not self.numerics:
             return "dtype"

@@ -36,7 +36,8 @@ code can raise a ``CellTimeoutError`` of its own).
 
 Finally every output and every markdown cell is made safe to show an instructor
 (:mod:`judge.sanitize`): formgrader, the feedback HTML and the class report
-render the autograded notebook.
+render the autograded notebook.  A markdown cell whose rendering the sanitizer would change is replaced by
+that sanitized rendering (raw HTML that any markdown renderer passes through as it is).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ import tempfile
 import traceback
 
 from nbformat.notebooknode import NotebookNode
+from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreprocessor
 from traitlets import Enum, Unicode
 
@@ -58,7 +60,7 @@ from .kernels import SandboxedKernelManager
 from .output_caps import RESOURCES_KEY, OutputCaps
 from .verdict import cell_score, earn, judge_record
 from attncourse.protocol.records import MIME
-from .sanitize import safe_attachments, safe_markdown, safe_outputs
+from .sanitize import safe_notebook
 
 TAMPERING = "TamperingSuspected"
 SCRATCH_PREFIX = "attncourse-run-"
@@ -224,27 +226,20 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
         for cell in nb.cells:
             cell.metadata.pop(KEY, None)
         untouched = untouched_exercises(nb, reference)
+        scores = {}                  # index of a hidden cell -> the judge's verdict on it
         for i, cell in enumerate(nb.cells):
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "code":
                 calls = check_calls(cell.source) if meta.get("grade") else []
                 if calls:
-                    found = judge_cell(cell, calls, reference, timed_out=i in timed_out, overflow=overflow.get(i),
-                                       untouched=untouched)
+                    scores[i] = judge_cell(cell, calls, reference, timed_out=i in timed_out, overflow=overflow.get(i),
+                                           untouched=untouched)
                 else:   # records in a cell that asked for none earn nothing there
                     cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
                     cell.metadata[KEY] = verdict(cell.outputs, [], [], [], i in timed_out)
-                cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
-                if calls:   # the judge's score, the one execute_result nbgrader reads (after the student's are gone)
-                    cell.outputs.append(score_output(found, cell.get("execution_count")))
-            elif cell.cell_type == "markdown":
-                cell.source = safe_markdown(cell.source)
-                if "attachments" in cell:
-                    cell.attachments = safe_attachments(cell.attachments)
-            elif cell.cell_type == "raw":
-                cell.metadata.pop("format", None)
-                cell.metadata.pop("raw_mimetype", None)
-        nb.metadata.pop("widgets", None)   # widget state comes from the kernel: formgrader would run its JS
+        safe_notebook(nb)   # outputs, markdown, raw cells and widget state, safe to show an instructor
+        for i, found in scores.items():   # the judge's score, the one execute_result nbgrader reads: the last output
+            nb.cells[i].outputs.append(score_output(found, nb.cells[i].get("execution_count")))
         return nb, resources
 
 
@@ -493,6 +488,17 @@ def _metadata_validator():
 
 
 _SCHEMA_CHECKERS: dict = {}
+
+
+class SafeToShow(Preprocessor):
+    """The renderer's own layer (nbgrader_config.py: ``HTMLExporter.preprocessors``, so formgrader and
+    ``generate_feedback``): whatever notebook it is given, its outputs, attachments, raw cells and widget state
+    are made safe (:func:`judge.sanitize.safe_notebook`) before nbconvert's template reads them (the classic
+    template writes an image output's width and height unquoted, and runs JavaScript and widget outputs).
+    Markdown is left to the ``markdown2html`` filter, which sanitizes it after rendering."""
+
+    def preprocess(self, nb, resources):
+        return safe_notebook(nb, markdown=False), resources
 
 
 class CheckCellMetadataOnce(CheckCellMetadata):

@@ -34,6 +34,7 @@ import threading
 
 FORKSERVER_ENV = "ATTNCOURSE_FORKSERVER"
 MAX_FILES = 16   # as attncourse.kernel.forkserver.MAX_FILES
+START_TIMEOUT = 300   # seconds a fork server may take to import torch and ipykernel
 
 
 def _request_fds(work: str) -> tuple[list[str], list[int]]:
@@ -191,12 +192,29 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
         listener.close()
         os.close(fd)
     zyg = Zygote(root, sock_path, proc, key)
-    deadline = time.monotonic() + 300
-    line = proc.stdout.readline()   # "ready" once it has imported torch and ipykernel
-    if line.strip() != b"ready" or time.monotonic() > deadline:
+    line = first_line(proc.stdout, time.monotonic() + START_TIMEOUT)   # "ready" once it has imported torch, ipykernel
+    if line.strip() != b"ready":
         zyg.stop()
         raise RuntimeError(f"the fork server did not start (exit {proc.poll()})")
     return zyg
+
+
+def first_line(stream, deadline: float) -> bytes:
+    """The first line ``stream`` (a pipe) gives before ``deadline`` (time.monotonic()); b"" when none came by then: the
+    deadline holds while it waits (a blocking readline would wait for ever on a server that hangs)."""
+    import select
+    import time
+
+    fd, data = stream.fileno(), b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return b""
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0] + (b"\n" if b"\n" in data else b"")
 
 
 def _check(zyg: Zygote, env: dict, tmp_mb: int, mem_mb: int) -> str:
