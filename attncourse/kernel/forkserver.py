@@ -34,11 +34,13 @@ import importlib
 import json
 import os
 import re
+import resource   # (a kernel sets its limits after its fresh /tmp is mounted: nothing is imported from disk then)
 import select
 import signal
 import socket
 import struct
 import sys
+import traceback
 
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "ipykernel.debugger", "IPython.core.interactiveshell", "IPython.core.history",
@@ -153,8 +155,6 @@ def kernel_limits(mem_mb: int, fsize: int, tasks: int, nofile: int):
     """In the kernel, before any student code: its memory (private: ``RLIMIT_DATA``; what is shared cannot be made,
     :data:`judge.sandbox.DENIED_SYSCALLS`), file sizes, no core file, open files, tasks (``RLIMIT_NPROC``, on top of
     :func:`limit_tasks`), and the OOM killer takes it before anything else of the machine."""
-    import resource
-
     if mem_mb > 0:
         resource.setrlimit(resource.RLIMIT_DATA, (mem_mb * 1024 * 1024, mem_mb * 1024 * 1024))
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
@@ -183,8 +183,6 @@ def start_ipykernel(connection_file: str, sockets: dict, argv=()):
     try:
         _start_ipykernel(connection_file, sockets, argv)
     except BaseException:
-        import traceback
-
         os.write(report, traceback.format_exc().encode(errors="replace"))
         os._exit(71)
     os._exit(0)
@@ -441,8 +439,6 @@ def fresh_kernel(argv):
     """A kernel of the fresh sandbox (:func:`judge.sandbox.bwrap_command`), run as ``python -m
     attncourse.kernel.forkserver kernel CONNECTION TASKS shell=FD,iopub=FD,… [ARGS…]``: its tasks' limit in its user
     namespace (the launcher set the rest, and its PID namespace's), then ipykernel on the grader's sockets."""
-    import resource
-
     connection, tasks, fds, *rest = argv
     if int(tasks) > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(tasks), int(tasks)))
