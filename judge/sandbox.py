@@ -350,7 +350,7 @@ def _launch(argv):
         files = [(opts["--connection"], KERNEL_CONNECTION)] if opts["--connection"] else []
         args = bwrap_command(cmd, work=work, env=kernel_env(os.environ, "/tmp"), tmp_mb=int(opts["--tmp-mb"]),
                              seccomp_fd=seccomp, files=files, info_fd=info_w, block_fd=block_r)
-        keep = [seccomp, info_w, block_r, *sockets]
+        keep = [seccomp, info_w, block_r, *sockets, *args.fds]
         env = {"PATH": os.environ.get("PATH", KERNEL_PATH)}
     else:
         args, env = cmd, kernel_env(os.environ, work)
@@ -456,42 +456,107 @@ def _private_entries(top: str = "/etc") -> list[tuple[str, bool]]:
     return out
 
 
-def _etc_view(top: str = "/etc") -> list[str]:
-    """bwrap arguments that show ``top`` as any user of the machine may read it, built so that no file appearing
-    or vanishing meanwhile can make the sandbox fail to start.
+def _scan(top: str) -> dict:
+    """{folder: [(name, kind, public)]} of every folder under ``top`` that other users may enter, from one
+    ``lstat`` of each entry (kind: "link", "dir" or "file"; an entry gone before its ``lstat`` is left out)."""
+    tree, todo = {}, [top]
+    while todo:
+        folder = todo.pop()
+        entries = []
+        try:
+            with os.scandir(folder) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if e.is_symlink():
+                        entries.append((e.name, "link", True))
+                    elif e.is_dir(follow_symlinks=False):
+                        public = st.st_mode & 0o005 == 0o005
+                        entries.append((e.name, "dir", public))
+                        if public:
+                            todo.append(os.path.join(folder, e.name))
+                    else:
+                        entries.append((e.name, "file", bool(st.st_mode & 0o004)))
+        except OSError:
+            pass
+        tree[folder] = sorted(entries)
+    return tree
 
-    ``top`` is walked once; every folder holding something other users may not read (:func:`_private_entries`),
-    at any depth, is rebuilt in the sandbox's own root: each entry others may read bound read-only on its own
-    (``--ro-bind-try``: one that has vanished by the time bwrap binds it is left out, never an error), each
-    symbolic link made again with the target read during the walk, and what others may not read left out. A
-    folder with nothing private below it is bound whole. (Masking private files on a bound ``/etc`` needed each
-    of them to still be there when bwrap ran: a lock file of ``chsh`` or ``passwd`` that vanished meanwhile
-    failed one sandbox start in eight: "Can't create file at /etc/passwd.lock".)"""
-    private = {p for p, _ in _private_entries(top)}
+
+class Command(list):
+    """A bwrap command (a list of its arguments) and the descriptors it reads (``fds``): pass them to the process
+    (``pass_fds``), then :meth:`close` them here."""
+    fds: list
+
+    def __init__(self, args=(), fds=()):
+        super().__init__(args)
+        self.fds = list(fds)
+
+    def close(self):
+        for fd in self.fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = []
+
+
+MAX_COPIED = 1 << 20   # an /etc file larger than this is bound by its path, not copied
+
+
+def _etc_view(top: str = "/etc", fds: list | None = None) -> list[str]:
+    """bwrap arguments that show ``top`` as any user of the machine may read it, built so that no file appearing
+    or vanishing meanwhile can make the sandbox fail to start or show what others may not read.
+
+    ``top`` is scanned once (:func:`_scan`); every folder holding something other users may not read, at any
+    depth, is rebuilt in the sandbox's own root from that same scan: each regular file others may read is opened
+    now, checked on the open descriptor, and *copied* into the sandbox by bwrap from that descriptor (``--file``;
+    ``fds`` collects them): a file that vanishes or is replaced later changes nothing; each folder others may
+    read is bound read-only (``--ro-bind-try``), each symbolic link made again with its target read now, and
+    what others may not read is left out. A folder with nothing private below it is bound whole.
+
+    Masking private files on a bound ``/etc``, as before, needed each of them to still be there when bwrap ran:
+    a lock file of ``chsh`` that vanished meanwhile failed 12 sandbox starts of 100 ("Can't create file at
+    /etc/passwd.lock"); binding each public file by its path left bwrap's own window between finding a file and
+    binding it (1 start of 100 failed under a loop making and deleting files)."""
+    import stat as st_
+
+    tree = _scan(top)
     rebuilt = {top}
-    for path in private:
-        parent = os.path.dirname(path)
-        while parent.startswith(top) and parent not in rebuilt:
-            rebuilt.add(parent)
-            parent = os.path.dirname(parent)
+    for folder, entries in tree.items():
+        if any(not public for _, _, public in entries):
+            while folder.startswith(top) and folder not in rebuilt:
+                rebuilt.add(folder)
+                folder = os.path.dirname(folder)
     args = []
     for folder in sorted(rebuilt, key=lambda p: (p.count("/"), p)):
         args += ["--dir", folder]
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            continue
-        for name in names:
+        for name, kind, public in tree.get(folder, []):
             path = os.path.join(folder, name)
-            if path in private or path in rebuilt:
+            if not public or path in rebuilt:
                 continue
-            try:
-                if os.path.islink(path):
+            if kind == "link":
+                try:
                     args += ["--symlink", os.readlink(path), path]
+                except OSError:
+                    pass
+            elif kind == "dir":
+                args += ["--ro-bind-try", path, path]
+            else:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                except OSError:
                     continue
-            except OSError:
-                continue
-            args += ["--ro-bind-try", path, path]
+                info = os.fstat(fd)
+                if not st_.S_ISREG(info.st_mode) or not info.st_mode & 0o004 or info.st_size > MAX_COPIED or fds is None:
+                    os.close(fd)   # (not a file others may read now, or too big to copy: bound by its path)
+                    if st_.S_ISREG(info.st_mode) and info.st_mode & 0o004:
+                        args += ["--ro-bind-try", path, path]
+                    continue
+                fds.append(fd)
+                args += ["--perms", f"{info.st_mode & 0o755 | 0o444:o}", "--file", str(fd), path]
     return args
 
 
@@ -512,7 +577,7 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
     limit counts). ``env``: the kernel's whole environment (``--clearenv``); ``seccomp_fd``: an open seccomp
     program (:func:`seccomp_program`); ``files``: (host file, path inside) bound read-only (the connection
     file); ``info_fd``/``block_fd``: bwrap's, for the launcher (:func:`_launch`) to cap the sandbox's tasks
-    before it runs anything. ``/etc``: :func:`_etc_view`.
+    before it runs anything. ``/etc``: :func:`_etc_view`. A :class:`Command`: pass its ``fds`` to bwrap.
 
     ``zygote_dirs``: the sandbox of the kernels' fork server (:mod:`judge.zygote`) instead of a kernel's: the same
     mounts plus these empty folders, and it keeps its capabilities *inside* its user namespace (it builds each
@@ -520,6 +585,7 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
     """
     size = str(max(1, tmp_mb) * 1024 * 1024)
     uid = str(SANDBOX_UID)
+    fds = []
     args = [bwrap_program() or "bwrap", "--die-with-parent", "--unshare-all", "--unshare-user",
             # the fork server's children mount a fresh /proc: that needs the user namespace that owns the mounts
             # (bwrap nests another for --disable-userns, and for any --uid but 0 when started by root); each kernel
@@ -546,7 +612,7 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
             binds[src_dst] = ("--ro-bind", os.path.realpath(p))
     # parents before children, so that a later bind is not hidden by an earlier one
     for dst, (how, src) in sorted(binds.items(), key=lambda kv: (kv[0].count("/"), kv[0])):
-        args += _etc_view(etc) if dst == etc else [how, src, dst]
+        args += _etc_view(etc, fds) if dst == etc else [how, src, dst]
     for p in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # /bin -> usr/bin (the ELF interpreter lives there)
         if os.path.islink(p):
             args += ["--symlink", os.readlink(p), p]
@@ -568,7 +634,7 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
     args += ["--remount-ro", "/"]     # the sandbox's root (a tmpfs holding the mount points) stays as built
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
-    return args + ["--"] + list(cmd)
+    return Command(args + ["--"] + list(cmd), fds)
 
 
 # -- the syscall filter ------------------------------------------------------------------------------
@@ -760,7 +826,10 @@ def run_sandboxed(code: str, timeout: float = 30) -> subprocess.CompletedProcess
     try:
         cmd = bwrap_command([sys.executable, "-S", "-c", code], work=work, env=kernel_env({}, "/tmp"),
                             seccomp_fd=fd)
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, pass_fds=(fd,))
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, pass_fds=(fd, *cmd.fds))
+        finally:
+            cmd.close()
     finally:
         os.close(fd)
         shutil.rmtree(work, ignore_errors=True)

@@ -225,10 +225,13 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
         cmd = [sys.executable, "-Xfrozen_modules=off", "-m", "attncourse.kernel.forkserver",
                str(listener.fileno()), str(fd)]
         args = sandbox.bwrap_command(cmd, env=env, tmp_mb=tmp_mb, zygote_dirs=forkserver.DIRS)
-        proc = _spawner().submit(lambda: subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            pass_fds=(listener.fileno(), fd), env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)},
-            cwd="/")).result()
+        try:
+            proc = _spawner().submit(lambda: subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                pass_fds=(listener.fileno(), fd, *args.fds), env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)},
+                cwd="/")).result()
+        finally:
+            args.close()
     finally:
         listener.close()
         os.close(fd)

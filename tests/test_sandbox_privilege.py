@@ -38,7 +38,7 @@ def _run(code: str, *, old: bool = False) -> dict:
     else:
         # what the launcher ran before: no --unshare-user/--uid/--cap-drop/--disable-userns, no read-only root,
         # /etc bound whole (no file hidden)
-        view, sandbox._etc_view = sandbox._etc_view, lambda top: ["--ro-bind", top, top]
+        view, sandbox._etc_view = sandbox._etc_view, lambda top, fds=None: ["--ro-bind", top, top]
         try:
             cmd = sandbox.bwrap_command([sys.executable, "-S", "-c", code], env=sandbox.kernel_env({}, "/tmp"))
         finally:

@@ -63,7 +63,8 @@ def test_the_fork_server_itself_would_give_the_dangerous_answers(zyg):
     os.close(fd)
     args = sandbox.bwrap_command([sys.executable, "-S", "-c", code], env=ENV,
                                  zygote_dirs=("/run/attncourse/work",))
-    p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(args, capture_output=True, text=True, timeout=60, pass_fds=args.fds)
+    args.close()
     seen = json.loads(p.stdout.strip().splitlines()[-1])
     assert seen["caps"] != 0 and seen["seccomp"] == "0"
     child = _json(zyg, code)
