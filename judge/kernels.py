@@ -188,7 +188,7 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._sandboxed is not None and (self._sandboxed or os.environ.get(IPC_ENV, "1") != "0"):
             # unix sockets: the sandbox has its own network namespace, and kernels started in parallel
             # (./course grade on Dask) never race for the same free TCP port
-            self._state = tempfile.mkdtemp(prefix="attncourse-kernel-")   # 0700: this account's alone
+            self._state = sandbox.socket_folder("attncourse-kernel-")   # 0700: this account's alone
             # removed when the kernel stops (below), and in any case when this manager is gone
             weakref.finalize(self, sandbox.remove_tree, self._state)
             self.transport = "ipc"

@@ -200,6 +200,16 @@ def limit_tasks_of(pid: int, tasks: int) -> bool:
     return os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 
 
+def socket_folder(prefix: str, longest: int = 16) -> str:
+    """A new folder of this account's alone (0700) where unix sockets named up to ``longest`` characters fit the
+    108 bytes a socket's path may have: in $TMPDIR, or in /tmp where $TMPDIR's path is too long for that."""
+    folder = tempfile.mkdtemp(prefix=prefix)
+    if len(os.fsencode(folder)) + 1 + longest < 108:
+        return folder
+    os.rmdir(folder)
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
 def remove_tree(path: str):
     """Remove ``path`` and everything below it whatever its depth, names or modes, never following a link and
     never raising (what cannot be removed stays). Iterative, with two descriptors open at most: a tree 1,200

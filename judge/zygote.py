@@ -204,7 +204,6 @@ def _spawner():
 
 def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
     import subprocess
-    import tempfile
     import time
 
     from attncourse.kernel import forkserver
@@ -214,9 +213,10 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
     fd = sandbox._seccomp_fd()
     if fd is None:
         raise RuntimeError(sandbox.seccomp_program()[1])
-    root = tempfile.mkdtemp(prefix="attncourse-zygote-")   # 0700: this account's alone; no sandbox sees it
+    root = sandbox.socket_folder("attncourse-zygote-")   # 0700: this account's alone; no sandbox sees it
     sock_path = os.path.join(root, "zygote.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    started = False
     try:
         listener.bind(sock_path)
         listener.listen(64)
@@ -232,9 +232,12 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
                 cwd="/")).result()
         finally:
             args.close()
+        started = True
     finally:
         listener.close()
         os.close(fd)
+        if not started:
+            sandbox.remove_tree(root)
     zyg = Zygote(root, sock_path, proc, key)
     deadline = time.monotonic() + 300
     line = proc.stdout.readline()   # "ready" once it has imported torch and ipykernel
