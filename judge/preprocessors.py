@@ -145,11 +145,11 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
                                 "cost 0.05-0.08 s per notebook)").tag(config=True)
     skip_cells_with_tag = Unicode(SKIP_TAG, help="cells with this tag are not run when grading (nbclient's "
                                   "skip_cells_with_tag); an nbgrader cell always runs, whatever its tags").tag(config=True)
-    notebook_timeout = Integer(600, allow_none=True, help="seconds one notebook may run in all, its kernel's start "
-                               "included (0 or None: no limit). A cell running when it is up is interrupted as at "
+    notebook_timeout = Integer(600, allow_none=True, help="seconds one notebook's cells may run in all, from its "
+                               "first cell (0 or None: no limit). A cell running when it is up is interrupted as at "
                                "its own timeout; the cells after it are not run and score 0 as timed out. Holds on "
                                "every path: ./course grade, plain nbgrader autograde, formgrader").tag(config=True)
-    _deadline = None   # time.monotonic() when the notebook's time is up (set per notebook)
+    _deadline = None   # time.monotonic() when the notebook's time is up (set at its first cell)
 
     def _get_timeout(self, cell):
         """nbclient's per-cell limit, cut to what is left of the notebook's (at least 1 s)."""
@@ -159,16 +159,17 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
         left = max(1, int(self._deadline - time.monotonic() + 0.999))
         return left if timeout is None else min(timeout, left)
 
-    async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
+    def preprocess_cell(self, cell, resources, index):
         """A code cell after the notebook's time is up is not run: it scores 0, as timed out."""
+        if self._deadline is None and self.notebook_timeout:
+            self._deadline = time.monotonic() + self.notebook_timeout
         if (self._deadline is not None and cell.cell_type == "code" and time.monotonic() >= self._deadline
-                and cell.source.strip()):
+                and cell.source.strip() and self.skip_cells_with_tag not in cell.metadata.get("tags", [])):
             self._timed_out.append(cell)
             cell.outputs = [NotebookNode(output_type="error", ename="NotebookTimeoutError", evalue="", traceback=[
                 f"NotebookTimeoutError: not run: the notebook's time limit ({self.notebook_timeout} s) was up"])]
-            return cell
-        return await super().async_execute_cell(cell, cell_index, execution_count=execution_count,
-                                                store_history=store_history)
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
     def __init__(self, *args, **kwargs):
         # every kernel starts sandboxed, through nbclient's own setting (nbgrader's Execute defaults it to
@@ -184,7 +185,7 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
         home = meta.get("path")
         scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)    # 0700, this account's alone
         self._timed_out = []
-        self._deadline = time.monotonic() + self.notebook_timeout if self.notebook_timeout else None
+        self._deadline = None
         self.reset_caps()
         try:
             inputs = self._inputs(resources)
