@@ -85,7 +85,7 @@ def fresh_kernels_fail() -> str:
 FRESH = "fresh"   # kernel_starts(FRESH): a kernel of a fresh sandbox, not of a fork server
 
 
-def kernel_starts(how, timeout: float = 120) -> str:
+def kernel_starts(how, timeout: float = 60) -> str:
     """'' when a real grading kernel — started as grading starts it, by the fork server ``how`` or in a fresh
     sandbox (:data:`FRESH`) — answers ``kernel_info``; else the one line that says why not (its exit status and
     last lines: a course or a Python under /tmp hidden by a kernel's fresh /tmp made every kernel exit 71)."""

@@ -341,11 +341,11 @@ def _launch(argv):
         elif a in opts:
             opts[a], i = argv[i + 1], i + 2
         else:
-            raise SystemExit(f"sandbox: unknown option {a}")
+            raise RuntimeError(f"unknown option {a}")
     cmd = argv[i + 1:]
     die_with_parent()
     tasks = int(opts["--tasks"])
-    kernel_side().kernel_limits(int(opts["--mem-mb"]), FSIZE_BYTES, 0 if use_bwrap else tasks, NOFILE)
+    limits = kernel_side().kernel_limits   # (loaded now: the kernel's limits are set in its process, below)
     work = os.getcwd()   # the scratch folder IsolatedExecute made (the inputs file is in it)
     if not os.path.isabs(cmd[0]):
         cmd[0] = shutil.which(cmd[0]) or cmd[0]
@@ -353,7 +353,7 @@ def _launch(argv):
     if use_bwrap:
         seccomp = _seccomp_fd()
         if seccomp is None:
-            raise SystemExit("sandbox: " + seccomp_program()[1])
+            raise RuntimeError(seccomp_program()[1])
         info, info_w = os.pipe()
         block_r, block = os.pipe()
         sockets = list(parse_sockets(opts["--sockets"] or "").values())
@@ -373,9 +373,15 @@ def _launch(argv):
             for fd in keep:
                 os.set_inheritable(fd, True)
             ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)   # PR_SET_PDEATHSIG: it dies with this process
+            # (unsandboxed, RLIMIT_NPROC would count every process of this account: the sandbox's user namespace
+            # counts the kernel's alone, where the kernel sets it itself)
+            limits(int(opts["--mem-mb"]), FSIZE_BYTES, 0, NOFILE)
             os.execvpe(args[0], args, env)
-        finally:
-            os._exit(127)
+        except BaseException as exc:
+            try:
+                os.write(2, f"cannot start {args[0]}: {type(exc).__name__}: {exc}\n".encode())
+            finally:
+                os._exit(127)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # an interrupt is for the kernel (same process group), not us
     os.close(out_w)
     for fd in keep:

@@ -156,7 +156,7 @@ class Zygote:
             self.proc.wait()
         remove_tree(self.root)
 
-    def run(self, code: str, tmp_mb: int, mem_mb: int, env: dict, timeout: float = 120,
+    def run(self, code: str, tmp_mb: int, mem_mb: int, env: dict, timeout: float = 60,
             tasks: int = 0) -> tuple[int, str, str]:
         """Run ``code`` in a child sandboxed exactly as a kernel is (the probe's way in): (exit, stdout, stderr).
         For short outputs (a pipe's buffer): they are read once the child has stopped."""
