@@ -1,42 +1,45 @@
-"""How grading kernels are launched: resource limits and a bubblewrap sandbox, required unless turned off by name.
+"""How grading kernels are launched: each with its own budget, in a bubblewrap sandbox required unless turned off by name.
 
 nbgrader's ``Execute`` preprocessor, as the course runs it (:class:`judge.preprocessors.IsolatedExecute`, whose
-kernel manager is :class:`judge.kernels.SandboxedKernelManager`), starts every kernel through this file run as
-a script::
+kernel manager is :class:`judge.kernels.SandboxedKernelManager`), starts every kernel from a preloaded fork server
+(:mod:`judge.zygote`) or, where that is off or does not hold, through this file run as a script::
 
-    python judge/sandbox.py --mem-mb 4096 --tmp-mb 256 [--bwrap --bind-rw DIR] -- <kernel command>
+    python judge/sandbox.py --mem-mb 4096 --tmp-mb 256 --tasks 512 --why FILE
+        [--bwrap --connection FILE --sockets shell=FD,…] -- <kernel command>
 
-The launcher sets ``RLIMIT_DATA`` (a memory hog gets ``MemoryError`` instead of
-taking the machine down), ``RLIMIT_FSIZE`` and no core files, gives the kernel an
-allow-listed environment (:func:`kernel_env`: no secret such as ``PGPASSWORD``, no
-variable naming the course folder), then ``exec``s the kernel inside ``bwrap``:
+The launcher (:func:`_launch`) dies with the grading process, gives the kernel its limits (:func:`kernel_side`'s
+``kernel_limits``: ``RLIMIT_DATA``, ``RLIMIT_FSIZE``, no core file, 1024 open files, the OOM killer's first
+choice), an allow-listed environment (:func:`kernel_env`: no secret such as ``PGPASSWORD``, no variable naming the
+course folder), its stdout and stderr as a pipe it drains keeping the last lines (:class:`Tail`; nothing reaches
+a terminal or the grader's memory), and starts it inside ``bwrap``; it caps the sandbox's tasks before anything
+runs in it (:func:`limit_tasks_of`) and exits with the kernel's status, writing one inert line to ``--why`` and
+stderr when the kernel stopped by itself (:func:`report_stop`). In the sandbox the kernel has:
 
 * no privilege, whoever starts it (root included): uid/gid 65534 in a user namespace of
   its own, no capability, ``no_new_privs``, no further user namespace (``--disable-userns``);
   every bind stays read-only (the probe tries a remount and refuses a sandbox where it works);
-  where the grader is root, what other users may not read under ``/etc`` is hidden;
+  where the grader is root, what other users may not read under ``/etc`` is left out
+  (:func:`_etc_view`, built so that no file appearing or vanishing meanwhile fails a start);
 * a read-only Python installation and course package (bound at their real paths
   *and* at the paths Python was started from, so a symlinked or relocated ``.venv``
   works), no network, its own PID namespace, no other file of the course;
-* size-limited writable mounts only: a private ``/tmp`` and, as its working folder, a
-  tmpfs at the scratch folder's path holding the hidden-inputs file read-only
-  (:class:`judge.preprocessors.IsolatedExecute`), each ``ATTNCOURSE_KERNEL_TMP_MB``;
-  a 64 MB ``/dev/shm``; ``/dev`` and the sandbox's root read-only; nothing the kernel writes
-  survives it, and nothing it could leave behind is ever read by the grader (the one
-  host folder it may write, the kernel's socket folder, is removed when it stops);
+* no folder of the host writable: its channels are listening sockets the kernel manager made and hands over as
+  descriptors (the connection file read-only at :data:`KERNEL_CONNECTION`); size-limited tmpfs only: a
+  private ``/tmp`` and, as its working folder, a tmpfs at the scratch folder's path holding the hidden-inputs
+  file read-only (:class:`judge.preprocessors.IsolatedExecute`), each ``ATTNCOURSE_KERNEL_TMP_MB``; a 64 MB
+  ``/dev/shm``; ``/dev`` and the sandbox's root read-only, ``/dev/zero`` is ``/dev/null``; nothing the kernel
+  writes survives it;
 * a seccomp filter built with libseccomp (:func:`seccomp_program`, names resolved for the
   machine's architecture): new processes (``fork``, ``vfork``, ``clone`` without
   ``CLONE_THREAD`` or with a namespace flag), mounts, namespaces, io_uring, bpf,
-  perf_event_open, keyrings, ptrace and the machine's own controls are refused; threads
-  work, a fork bomb or a shell does not.  Where the filter cannot be built no kernel starts;
+  perf_event_open, keyrings, ptrace, the machine's own controls, and memory no limit counts
+  (``memfd_create``, shared anonymous mappings, System V IPC, POSIX message queues) are refused;
+  threads work (at most its budget of them), a fork bomb or a shell does not.  Where the filter cannot be built
+  no kernel starts;
 * GPUs: ``/dev/nvidia*`` is bound when present, so CUDA kernels work sandboxed.
 
 Before the first kernel, :func:`bwrap_works` starts a Python in exactly this sandbox and asks it
 (:data:`PROBE`): any privilege, process, remount, namespace or writable root it finds refuses grading.
-
-By default the launcher above is the fallback: each grading process forks its kernels from a preloaded fork
-server (:mod:`judge.zygote`), whose children enter a sandbox of the same kind (their own namespaces, tmpfs,
-no privilege, this filter) before any student code runs, and which is asked the same probe first.
 
 Environment (read by the nbgrader process):
 
@@ -48,6 +51,7 @@ Environment (read by the nbgrader process):
 * ``ATTNCOURSE_KERNEL_MEM_MB`` — memory limit per kernel (default 4096; 0 = none);
 * ``ATTNCOURSE_KERNEL_TMP_MB`` — size of the sandbox's ``/tmp`` and of its working
   folder, each (default 256);
+* ``ATTNCOURSE_KERNEL_TASKS`` — processes and threads per kernel (default 512; 0 = no cap);
 * ``ATTNCOURSE_BWRAP`` — the bubblewrap program to use (default: ``bwrap`` on ``PATH``).
 
 This file imports only the standard library at module level: it runs as the
