@@ -255,7 +255,9 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._zygote is not None and self._zygote.alive():
             return [sys.executable, "-S", "-I", os.path.abspath(zygote.__file__), self._zygote.sock,
                     self.connection_file, *limits, str(sandbox.FSIZE_BYTES), str(self._tasks), why, fds, *extra]
-        kernel = [cmd[0], "-m", "attncourse.kernel.forkserver", "kernel", sandbox.KERNEL_CONNECTION, str(self._tasks),
+        # (the kernel side's file run by its path, not imported through the course package: where the kernels'
+        # Python cannot import the package, the kernel still starts, and its notebook's setup cell says why)
+        kernel = [cmd[0], sandbox.kernel_side().__file__, "kernel", sandbox.KERNEL_CONNECTION, str(self._tasks),
                   fds, *extra]
         return [sys.executable, os.path.abspath(sandbox.__file__), "--mem-mb", limits[0], "--tmp-mb", limits[1],
                 "--tasks", str(self._tasks), "--why", why, "--bwrap", "--connection", self.connection_file,

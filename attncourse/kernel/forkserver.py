@@ -436,9 +436,12 @@ def serve(listen_fd: int, program_fd: int):
 
 
 def fresh_kernel(argv):
-    """A kernel of the fresh sandbox (:func:`judge.sandbox.bwrap_command`), run as ``python -m
-    attncourse.kernel.forkserver kernel CONNECTION TASKS shell=FD,iopub=FD,… [ARGS…]``: its tasks' limit in its user
-    namespace (the launcher set the rest, and its PID namespace's), then ipykernel on the grader's sockets."""
+    """A kernel of the fresh sandbox (:func:`judge.sandbox.bwrap_command`), run as ``python …/forkserver.py kernel
+    CONNECTION TASKS shell=FD,iopub=FD,… [ARGS…]``: its tasks' limit in its user namespace (the launcher set the rest,
+    and its PID namespace's), then ipykernel on the grader's sockets, with its working folder first on its path (as
+    ``python -m ipykernel_launcher`` has it), not this file's."""
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        sys.path[0] = os.getcwd()
     connection, tasks, fds, *rest = argv
     if int(tasks) > 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(tasks), int(tasks)))
