@@ -372,7 +372,8 @@ def _serve_one(conn, req, fds, program):
             os.close(covered_w)
             for fd in stdio + sockets:
                 os.close(fd)
-            os._exit(_status_of(kernel) & 0xFF)
+            code = _status_of(kernel)
+            os._exit(128 - code if code < 0 else code & 0xFF)   # killed by signal N: 128 + N, as a shell says it
         except BaseException as exc:   # the sandbox could not be built: no kernel runs
             os.write(stdio[2], f"attncourse fork server: no kernel ({exc})\n".encode())
             os._exit(70)
