@@ -114,20 +114,26 @@ c.Autograde.autograde_preprocessors = [
     IsolatedExecute, JudgeRecords, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
     SaveAutoGrades, AssignLatePenalties, CheckCellMetadataOnce,
 ]
-# Find-the-bug exercises (graders/sNN_*.py, Exercise(handout=...)): right after ClearSolutions, the student's copy
-# of such a solution cell gets the buggy code the reference build stored, not the stub.
+# Find-the-bug exercises (graders/sNN_*.py, Exercise(handout=...)): right after ClearSolutions (NamedStubs), the
+# student's copy of such a solution cell gets the buggy code the reference build stored, not the stub.
 from nbgrader.preprocessors import (
-    ClearHiddenTests, ClearMarkScheme, ClearSolutions,
+    ClearHiddenTests, ClearMarkScheme,
     ComputeChecksums, IncludeHeaderFooter, InstantiateTests, LockCells, SaveCells,
 )
 
 from judge.handout import HandOut
+from judge.stubs import NamedStubs   # ClearSolutions whose stubs name the exercise ("Exercise 3 (...) is not done yet")
 
 c.HandOut.course_root = str(ROOT)
 c.GenerateAssignment.preprocessors = [
-    IncludeHeaderFooter, InstantiateTests, LockCells, ClearSolutions, HandOut, ClearOutput, CheckCellMetadataOnce,
+    IncludeHeaderFooter, InstantiateTests, LockCells, NamedStubs, HandOut, ClearOutput, CheckCellMetadataOnce,
     ComputeChecksums, SaveCells, ClearHiddenTests, ClearMarkScheme, ComputeChecksums, CheckCellMetadataOnce,
 ]
-# Formgrader and the feedback HTML render notebooks: sanitise any HTML in them (JudgeRecords already keeps
-# only text and raster images in outputs; this covers the templates too).
+# Formgrader and the feedback HTML render notebooks in the instructor's browser.  JudgeRecords already made every
+# markdown cell render to sanitized HTML and kept only text and raster images in outputs; the renderer is made safe
+# too, for any notebook it is given: nbconvert's markdown2html and clean_html filters are replaced by the course's
+# (judge/sanitize.py: the rendered HTML through ammonia's allow-list), SafeToShow keeps only text and raster images
+# of every output (as JudgeRecords does), and sanitize_html turns off the templates' script and widget paths.
 c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.filters = {"markdown2html": "judge.sanitize.markdown2html", "clean_html": "judge.sanitize.safe_html"}
+c.HTMLExporter.preprocessors = ["judge.preprocessors.SafeToShow"]   # outputs: text and raster images only

@@ -18,7 +18,8 @@ import importlib
 # The re-exports, imported at first use: the instructor's tools (``./course``, the Dask coordinator) import this
 # package's plain-Python parts (attncourse.course) and should not pay for torch (2 s) when they draw nothing.
 _EXPORTS = {"compare": ".teach.checks", "max_diff": ".teach.checks", "best_device": ".teach.devices",
-            "seed_everything": ".teach.devices", "attention_heatmap": ".teach.plots", "block_diagram": ".teach.plots"}
+            "seed_everything": ".teach.devices", "attention_heatmap": ".teach.plots", "block_diagram": ".teach.plots",
+            "needs": ".teach.progress"}
 
 __all__ = sorted(_EXPORTS)
 __version__ = "0.2.0"

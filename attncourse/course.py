@@ -15,7 +15,12 @@ SECTIONS = [
     "08_train_and_generate",
     "09_language_model",
     "10_efficient_attention",
+    "11_flash_attention_triton",
 ]
+
+# What a section needs beyond every section's packages: a module that requirements.txt installs on some platforms
+# only (Triton has wheels for Linux alone). Where it is missing, the section's tests skip, saying why.
+NEEDS = {"11_flash_attention_triton": "triton"}
 
 # The course settings a grading run passes on to nbgrader and its kernels' launcher.
 GRADING_KEEP = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_KERNEL_TMP_MB", "ATTNCOURSE_KERNEL_TASKS", "ATTNCOURSE_SANDBOX",
@@ -35,6 +40,17 @@ def resolve_section(name: str) -> str:
     if len(match) != 1:
         raise ValueError(f"unknown section {name!r}; one of {', '.join(SECTIONS)}")
     return match[0]
+
+
+def missing_requirement(section: str) -> str | None:
+    """Why ``section`` cannot run here (a module it needs is not installed: :data:`NEEDS`), or None."""
+    import importlib.util
+
+    module = NEEDS.get(section)
+    if module and importlib.util.find_spec(module) is None:
+        return (f"{section} needs the package {module}, which is not installed here (requirements.txt installs it "
+                "on Linux only: it has no wheels for macOS or Windows)")
+    return None
 
 
 def with_python_bin(path: str | None = None) -> str:

@@ -39,6 +39,11 @@ def _as_tensor(value):
     return torch.as_tensor(np.asarray(value, dtype=np.float64))
 
 
+def _as_nested_list(value):
+    """A matrix as nested lists of Python floats (how a value typed by hand is stored)."""
+    return np.asarray(value, dtype=np.float64).tolist()
+
+
 def _generate(value, gen):
     if callable(value) and not isinstance(value, type):
         return value(gen)
@@ -187,13 +192,17 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
     if case.kind == "value":
         # A hand-computed answer: the reference and each mistake are solution-cell code
         # that assigns the value; extra wrong values may be listed in ``mistake_values``.
-        stored.expected = _master(_as_tensor(define(ex, ex.reference)))
+        # A matrix typed by hand (the reference assigns a list) is stored as nested lists: the judge then takes only
+        # a list of numbers for it, and refuses an array or a tensor (an object computed in the notebook).
+        reference = define(ex, ex.reference)
+        store = _as_nested_list if isinstance(reference, (list, tuple)) else _as_tensor
+        stored.expected = _master(store(reference))
         stored.mistakes = {}
         for mistake in ex.mistakes:
-            stored.mistakes[f"{ex.name}.{mistake.key}"] = _master(_as_tensor(define(ex, mistake.code)))
+            stored.mistakes[f"{ex.name}.{mistake.key}"] = _master(store(define(ex, mistake.code)))
         for key, (message, value) in case.mistake_values.items():
             messages[f"{ex.name}.{key}"] = message
-            stored.mistakes[f"{ex.name}.{key}"] = _master(_as_tensor(value))
+            stored.mistakes[f"{ex.name}.{key}"] = _master(store(value))
         return stored.to_dict()
     drawn = case_inputs(case) if inputs is None else inputs
     stored.args, stored.kwargs = drawn.get("args", []), drawn.get("kwargs", {})

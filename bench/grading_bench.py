@@ -118,12 +118,12 @@ def run_serial(root: Path, sections) -> float:
     return time.time() - t0
 
 
-def run_dask(root: Path, sections, workers=None, scheduler=None) -> tuple[float, dict]:
+def run_dask(root: Path, sections, workers=None, scheduler=None, security=None) -> tuple[float, dict]:
     from instructor.cluster import grade_class
 
     t0 = time.time()
     reports = grade_class(root, sections, workers=workers, scheduler=scheduler, force=True, timeout=CELL_TIMEOUT,
-                          extra_env=ENV, log=lambda *a: None)
+                          extra_env=ENV, log=lambda *a: None, security=security)
     return time.time() - t0, reports
 
 
@@ -187,26 +187,43 @@ def _free_port() -> int:
 
 
 def run_cluster(root: Path, sections) -> tuple[float, dict, float]:
-    """A scheduler and two single-threaded workers on 127.0.0.1, started here; returns (grading s, reports, start s)."""
+    """A scheduler and two single-threaded workers on 127.0.0.1, started here as docs/GRADING.md asks of a cluster
+    given by address (TLS with a certificate made for the run, private scratch folders, no dashboard); returns
+    (grading s, reports, start s)."""
+    from distributed import Security
+
+    from instructor.cluster import tls_security
+
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    private = Path(tempfile.mkdtemp(prefix="attncourse-bench-cluster-"))   # 0700: the certificates, the scratch
+    temp = Security.temporary()
+    (private / "ca.pem").write_text(temp.tls_ca_file)
+    (private / "key.pem").write_text(temp.tls_client_key)
+    tls = ["--tls-ca-file", str(private / "ca.pem"), "--tls-cert", str(private / "ca.pem"),
+           "--tls-key", str(private / "key.pem")]
+    env = {**os.environ, "PYTHONPATH": str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "DASK_TEMPORARY_DIRECTORY": str(private), "DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES": "[]",
+           "DASK_DISTRIBUTED__WORKER__HTTP__ROUTES": "[]"}
     bindir = Path(sys.executable).parent
     procs = []
     t0 = time.time()
+    address = f"tls://127.0.0.1:{port}"
+    security = tls_security(str(private / "ca.pem"), str(private / "ca.pem"), str(private / "key.pem"))
     try:
         procs.append(subprocess.Popen([str(bindir / "dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                                       "--no-dashboard"], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL, cwd=HERE))
+                                       "--protocol", "tls", "--no-dashboard", *tls], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE))
         for _ in range(2):
-            procs.append(subprocess.Popen([str(bindir / "dask"), "worker", f"tcp://127.0.0.1:{port}", "--nthreads",
-                                           "1", "--nworkers", "1", "--memory-limit", "0", "--no-dashboard"],
+            procs.append(subprocess.Popen([str(bindir / "dask"), "worker", address, "--nthreads", "1", "--nworkers",
+                                           "1", "--memory-limit", "0", "--no-dashboard", "--host", "127.0.0.1",
+                                           "--local-directory", str(private), *tls],
                                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=HERE))
         from distributed import Client
 
-        with Client(f"tcp://127.0.0.1:{port}", timeout="60s") as c:
+        with Client(address, timeout="60s", security=security) as c:
             c.wait_for_workers(2, timeout=120)
         started = time.time() - t0
-        secs, reports = run_dask(root, sections, scheduler=f"tcp://127.0.0.1:{port}")
+        secs, reports = run_dask(root, sections, scheduler=address, security=security)
         return secs, reports, started
     finally:
         for p in reversed(procs):
@@ -216,6 +233,7 @@ def run_cluster(root: Path, sections) -> tuple[float, dict, float]:
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def seconds_per_notebook(root: Path) -> dict:

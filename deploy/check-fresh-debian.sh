@@ -125,10 +125,12 @@ hub=$!
 trap "[ ! -e /proc/$hub ] || { kill -INT $hub; wait $hub; }" EXIT   # a failed check leaves nothing running either
 for _ in $(seq 600); do grep -q "^JupyterHub at " /tmp/hub.out && break; kill -0 $hub 2>/dev/null || break; sleep 0.5; done
 cat /tmp/hub.out
-grep -q "^JupyterHub at http://127.0.0.1:$port/" /tmp/hub.out
+grep -q "^JupyterHub at http://localhost:$port/" /tmp/hub.out
 pw=$(awk "\$1 == \"student\" && \$2 == \"student1\" {print \$3}" /tmp/hub.out)
 [ -n "$pw" ]
-base=http://127.0.0.1:$port; jar=$(mktemp)
+# the hub on localhost, every user server on a host of its own (USER.localhost): curl is told where they are
+base=http://localhost:$port; user=http://student1.localhost:$port; jar=$(mktemp)
+curl() { command curl --resolve "localhost:$port:127.0.0.1" --resolve "student1.localhost:$port:127.0.0.1" "$@"; }
 xsrf=$(curl -fsS -c "$jar" -b "$jar" "$base/hub/login" | grep -oE "name=\"_xsrf\" value=\"[^\"]+\"" | cut -d\" -f4)
 code=$(curl -sS -c "$jar" -b "$jar" -o /dev/null -w "%{http_code} %{redirect_url}" --data-urlencode username=student1 \
        --data-urlencode "password=$pw" --data-urlencode "_xsrf=$xsrf" "$base/hub/login")
@@ -136,11 +138,11 @@ echo "POST /hub/login as student1: $code"
 case "$code" in 302*) ;; *) echo "login failed"; exit 1 ;; esac
 curl -sS -L -c "$jar" -b "$jar" -o /dev/null -w "GET /hub/spawn: %{http_code} %{url_effective}\n" "$base/hub/spawn"
 for _ in $(seq 120); do
-  got=$(curl -sS -L -c "$jar" -b "$jar" -o /dev/null -w "%{http_code} %{url_effective}" "$base/user/student1/lab" || true)
-  case "$got" in "200 $base/user/student1/lab"*) break ;; esac; sleep 1
+  got=$(curl -sS -L -c "$jar" -b "$jar" -o /dev/null -w "%{http_code} %{url_effective}" "$user/user/student1/lab" || true)
+  case "$got" in "200 $user/user/student1/lab"*) break ;; esac; sleep 1
 done
 echo "GET /user/student1/lab: $got"
-case "$got" in "200 $base/user/student1/lab"*) ;; *) echo "no JupyterLab for student1"; exit 1 ;; esac
+case "$got" in "200 $user/user/student1/lab"*) ;; *) echo "no JupyterLab for student1"; exit 1 ;; esac
 pids="$hub $(pgrep -P $hub || true) $(cat /srv/attncourse-hub/state/proxy.pid 2>/dev/null || true) $(pgrep -u student1 || true)"
 pids=$(echo $pids)
 echo "running: ./course hub, JupyterHub, its proxy, student1 server: pids $pids"
@@ -151,6 +153,7 @@ sleep 1
 left=$(pgrep -a -u instructor,student1,student2 || true)
 for p in $pids; do [ ! -e /proc/$p ] || left+=" $(tr "\0" " " </proc/$p/cmdline)"; done
 [ -z "$left" ] || { echo "still running after Ctrl-C:"; echo "$left"; exit 1; }
+mount | grep -q "/home/student1 " && { echo "the disk of student1 is still mounted"; exit 1; }
 if curl -s -o /dev/null "$base/hub/login"; then echo "port $port still answers"; exit 1; fi
 echo "nothing left running, port $port closed"
 [ $rc = 0 ]'

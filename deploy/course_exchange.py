@@ -12,17 +12,28 @@ Here identity and time come from the kernel, not from files students write:
 * **the layout** (made by ``./course hub`` as root, deploy/hub.py ``make_exchange``): the exchange root
   root-owned 0755; the course folder, ``outbound`` and ``feedback`` the instructor's (students read released
   files; feedback is 0711, each file named by a 128-hex secret only its student holds); ``inbound`` the
-  instructor's, 0711 (nobody lists it); and in it **one folder per student, owned by that student, group the
-  instructor's, mode 2750**: only that student writes there, only the instructor reads it besides.
+  instructor's, 0711 (nobody lists it); and in it **one folder per student, owned by the instructor, group that
+  student's own group, mode 0770**: only that student and the instructor reach it, and the student cannot
+  change its mode (not the owner). Nothing relies on a setgid bit. (A folder the student owns, the layout
+  before, is still accepted.)
 * **submit** (:class:`ExchangeSubmit`) writes into the submitting account's own folder: the login comes from the
-  process's uid (not ``--student``, not ``$USER``); asking to submit as someone else fails.
-* **collect** (:class:`ExchangeCollect`) reads a student's folder only if that student owns it, and a submission
-  only if that student owns it; the submission's time is the latest *ctime* of its folder and files (the kernel
-  sets ctime; its owner can only move it forward, to the moment of their last change), never its name or its
-  ``timestamp.txt``. It copies **only the released notebooks' names**, as regular files owned by the student
-  with one link, opened without following links, each at most ``ExchangeCollect.max_notebook_bytes``, plus
-  ``submission_secret.txt`` (128 hex digits, for the feedback); everything else is left out and named in the
-  log (an extra ``ipykernel_launcher.py``, a link, a hard link, a folder, a file too large).
+  process's uid (not ``--student``, not ``$USER``); asking to submit as someone else fails. It writes a hidden
+  ``.partial-…`` folder and renames it into place only once every file is written (a submit that fails midway,
+  a full disk say, leaves nothing collect would take), and files its own copy (the Assignments panel's, and
+  what ``fetch_feedback`` looks up) under the time collect will record: the kernel's, read back from the folder.
+* **collect** (:class:`ExchangeCollect`) reads a student's folder through descriptors opened without following
+  links (a link anywhere below ``inbound`` is refused), a submission only if that student owns it, and **takes
+  the time and the bytes from the same open files**: each released notebook (and ``submission_secret.txt``) is
+  opened once, read, and its *ctime* taken by ``fstat`` after the read (a rewrite during collection makes it
+  late, never the bytes late and the time early); the submission's time is the latest of those and its
+  folder's, never its name or its ``timestamp.txt``. Only released notebooks' names are taken, as regular files
+  of the student's with one link, at most ``ExchangeCollect.max_notebook_bytes``, that parse as notebooks (a
+  0-byte one is left out); a submission with none is passed over for the student's next newest. A student's
+  folder or submission that cannot be read is that student's line in the log, never the class's failure.
+* **release_feedback** leaves out, with a line in its log, a student whose ``submission_secret.txt`` or
+  ``timestamp.txt`` is missing or not valid; the others are released.
+* **list --inbound** shows each submission's kernel time (its folder's ctime), not the time in its name;
+  ``--remove`` moves a submission the instructor cannot delete (a student's files) out of every listing.
 * the other operations are nbgrader's, with the one change that the exchange root need not be writable by all.
 """
 from __future__ import annotations
@@ -31,9 +42,11 @@ import base64
 import datetime
 import errno
 import glob
+import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import stat
 
@@ -51,6 +64,11 @@ from nbgrader.utils import find_all_notebooks, ignore_patterns
 
 SECRET = re.compile(r"[0-9a-f]{128}")
 MAX_SECRET_BYTES = 1024
+SECRET_FILE = "submission_secret.txt"
+PARTIAL = ".partial-"   # a submission being written (never matches a student's "<login>+" prefix)
+REMOVED = ".removed-"   # a submission the instructor removed (list --inbound --remove)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
 
 
 def login() -> str:
@@ -58,11 +76,30 @@ def login() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _uid(name: str) -> int | None:
+def _account(name: str) -> tuple[int, int] | tuple[None, None]:
+    """(uid, primary gid) of the account ``name``, or (None, None)."""
     try:
-        return pwd.getpwnam(name).pw_uid
+        pw = pwd.getpwnam(name)
     except KeyError:
-        return None
+        return None, None
+    return pw.pw_uid, pw.pw_gid
+
+
+def kernel_time(ctime_ns: int) -> datetime.datetime:
+    """A ctime (ns since the epoch) as nbgrader's naive UTC datetime (to the microsecond)."""
+    return datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=ctime_ns // 1000)
+
+
+def format_time(when: datetime.datetime) -> str:
+    """How collect writes ``timestamp.txt``, and submit names its copy: the same string on both sides."""
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def is_student_folder(st: os.stat_result | None, uid: int | None, gid: int | None) -> bool:
+    """Whether ``st`` (an lstat) is a student's inbound folder: a real folder (not a link), the student's group's
+    (the instructor's, mode 0770: the layout ``./course hub`` makes) or the student's own (the layout before)."""
+    return (st is not None and uid is not None and stat.S_ISDIR(st.st_mode)
+            and (st.st_uid == uid or st.st_gid == gid))
 
 
 class _RootNeedNotBeWritable:
@@ -76,24 +113,90 @@ class _RootNeedNotBeWritable:
             self.fail(f"The exchange {self.root} is not readable; please contact your instructor")
 
 
-def _lstat(path):
+def _lstat(path, dir_fd=None):
     try:
-        return os.lstat(path)
+        return os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return None
 
 
-def own_folder(inbound: str, user: str, uid: int | None) -> str | None:
-    """``inbound/<user>`` if it is a real folder (not a link) owned by ``user`` (whose uid is ``uid``); else None."""
+def own_folder(inbound: str, user: str, uid: int | None, gid: int | None = None) -> str | None:
+    """``inbound/<user>`` if it is that student's inbound folder (:func:`is_student_folder`); else None."""
     path = os.path.join(inbound, user)
-    st = _lstat(path)
-    if uid is None or st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+    return path if is_student_folder(_lstat(path), uid, gid) else None
+
+
+# -- what collect takes, and when ---------------------------------------------------------------------------
+def read_own_file(name: str, uid: int, cap: int, dir_fd: int | None = None) -> tuple[bytes | None, str, int]:
+    """(bytes, "", ctime_ns) of ``name`` (in ``dir_fd``) if it is a regular file owned by ``uid`` with one link and at
+    most ``cap`` bytes, opened without following a link; else (None, why, 0).
+
+    The bytes and the time come from the same open file: its ctime is read by ``fstat`` *after* the bytes (and
+    the read is repeated while it changes, three times at most), so every write whose bytes were read happened
+    at or before the time returned."""
+    try:
+        fd = os.open(name, _FILE, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None, "missing", 0
+    except OSError as exc:
+        return None, ("a link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"), 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file", 0
+        if st.st_uid != uid:
+            return None, "not the student's own file", 0
+        for _ in range(3):
+            if st.st_nlink != 1:
+                return None, "a hard link", 0
+            if st.st_size > cap:
+                return None, f"larger than {cap} bytes", 0
+            data = os.pread(fd, cap + 1, 0)
+            while len(data) <= cap:
+                more = os.pread(fd, cap + 1 - len(data), len(data))
+                if not more:
+                    break
+                data += more
+            after = os.fstat(fd)
+            if len(data) > cap:
+                return None, f"larger than {cap} bytes", 0
+            if after.st_ctime_ns == st.st_ctime_ns:
+                break
+            st = after
+        return data, "", after.st_ctime_ns
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})", 0
+    finally:
+        os.close(fd)
+
+
+def folder_time(path: str, dir_fd: int | None = None) -> datetime.datetime | None:
+    """A submission folder's kernel time: the latest ctime of the folder and of its entries (not following links)."""
+    try:
+        fd = os.open(path, _DIR, dir_fd=dir_fd)
+    except OSError:
         return None
-    return path
+    try:
+        latest = os.fstat(fd).st_ctime_ns
+        for name in os.listdir(fd):
+            st = _lstat(name, dir_fd=fd)
+            if st is not None:
+                latest = max(latest, st.st_ctime_ns)
+        return kernel_time(latest)
+    finally:
+        os.close(fd)
+
+
+def _is_notebook(data: bytes) -> bool:
+    try:
+        nb = json.loads(data)
+    except ValueError:
+        return False
+    return isinstance(nb, dict) and isinstance(nb.get("cells"), list)
 
 
 class ExchangeSubmit(_RootNeedNotBeWritable, _submit.ExchangeSubmit):
-    """nbgrader's submit, into the submitting account's own inbound folder, as that account."""
+    """nbgrader's submit, into the submitting account's own inbound folder, as that account, all or nothing."""
 
     def init_dest(self):
         if self.coursedir.course_id == "":
@@ -104,18 +207,17 @@ class ExchangeSubmit(_RootNeedNotBeWritable, _submit.ExchangeSubmit):
             self.fail(f"You submit as yourself ({me}), not as {asked!r}.")
         self.coursedir.student_id = me
         inbound = os.path.join(self.root, self.coursedir.course_id, "inbound")
-        self.inbound_path = own_folder(inbound, me, os.getuid())
+        self.inbound_path = own_folder(inbound, me, os.getuid(), os.getgid())
         if self.inbound_path is None:
             self.fail(f"There is no submission folder for {me} in this course; please contact your instructor.")
         self.cache_path = os.path.join(self.cache, self.coursedir.course_id)
-        ts = self.timestamp   # shown to the student (their Assignments panel); collect does not trust it
+        ts = self.timestamp   # in the folder's name only: collect does not trust it
         rand = base64.urlsafe_b64encode(os.urandom(9)).decode("ascii")
         self.assignment_filename = f"{me}+{self.coursedir.assignment_id}+{ts}+{rand}"
 
     def do_copy(self, src, dest, log=None):
-        """nbgrader's copy, except into the inbound: there each folder is made (not copied with its mode, which
-        would clear the setgid bit it inherits) so that every file of the submission, ``timestamp.txt`` and
-        ``submission_secret.txt`` written after it included, gets the instructor's group; links are left out."""
+        """nbgrader's copy, except into the inbound: there each folder is made, files are copied as bytes, and
+        links are left out."""
         if not dest.startswith(self.inbound_path + os.sep):
             return super().do_copy(src, dest, log)
         size, cap = self.get_size(src), 1000 * self.coursedir.max_dir_size
@@ -140,15 +242,42 @@ class ExchangeSubmit(_RootNeedNotBeWritable, _submit.ExchangeSubmit):
         copy(src, dest)
 
     def copy_files(self):
-        super().copy_files()
-        # nbgrader leaves the submission 0777 "so the instructor can delete it": here only its owner writes it,
-        # and the instructor's group reads it (the folder above is 2750: nobody else even reaches it)
+        self.init_release()
+        secret = secrets.token_hex(64)
         dest = os.path.join(self.inbound_path, self.assignment_filename)
-        self.set_perms(dest, fileperms=0o640, dirperms=0o750)
+        partial = os.path.join(self.inbound_path, PARTIAL + self.assignment_filename)
+        self.log.info("Source: %s", self.src_path)
+        self.log.info("Destination: %s", dest)
+        self.check_filename_diff()
+        try:
+            self.do_copy(self.src_path, partial)
+            for name, text in (("timestamp.txt", self.timestamp), (SECRET_FILE, secret)):
+                with open(os.path.join(partial, name), "w") as f:
+                    f.write(text)
+            # readable by the instructor; nobody else reaches the folder above (0770, the student's group)
+            self.set_perms(partial, fileperms=0o644, dirperms=0o755)
+            os.rename(partial, dest)
+        except RuntimeError:   # nbgrader's own: too large (max_dir_size)
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        except OSError as exc:   # a full disk, say: nothing is left that collect would take
+            shutil.rmtree(partial, ignore_errors=True)
+            self.fail(f"Nothing was submitted: {exc}")
+        when = folder_time(dest)
+        stamp = format_time(when) if when is not None else self.timestamp
+        # the student's copy, named by the time collect records (fetch_feedback files the feedback under it)
+        cache = os.path.join(self.cache_path, f"{self.coursedir.student_id}+{self.coursedir.assignment_id}+{stamp}")
+        os.makedirs(self.cache_path, exist_ok=True)
+        self.do_copy(self.src_path, cache)
+        for name, text in (("timestamp.txt", stamp), (SECRET_FILE, secret)):
+            with open(os.path.join(cache, name), "w") as f:
+                f.write(text)
+        self.log.info("Submitted as: %s %s %s", self.coursedir.course_id, self.coursedir.assignment_id, stamp)
 
 
 class ExchangeCollect(_RootNeedNotBeWritable, _collect.ExchangeCollect):
-    """Collect that trusts the kernel (owners, ctimes), copies only released notebooks and follows no link."""
+    """Collect that trusts the kernel (owners, ctimes), copies only released notebooks, follows no link, and takes
+    each file's bytes and time from one open file."""
 
     max_notebook_bytes = Integer(20 * 1024 * 1024, help="A larger submitted notebook is left out (and named)."
                                  ).tag(config=True)
@@ -160,64 +289,110 @@ class ExchangeCollect(_RootNeedNotBeWritable, _collect.ExchangeCollect):
             self.fail(f"No released notebooks in {release}: generate the assignment first.")
         return names
 
-    def _submissions(self, user: str, folder: str, uid: int) -> list[dict]:
-        """The submissions of ``assignment`` in ``folder`` that ``user`` owns, timed by their ctimes."""
-        out = []
-        prefix = f"{user}+{self.coursedir.assignment_id}+"
-        with os.scandir(folder) as it:
-            for entry in it:
-                if not entry.name.startswith(prefix):
+    def _snapshot(self, sub_fd: int, path: str, uid: int) -> tuple[dict, int]:
+        """({name: bytes}, ctime_ns) of what collect takes of the open submission folder ``sub_fd``."""
+        files, latest = {}, 0
+        for name in [*self.released, SECRET_FILE]:
+            cap = MAX_SECRET_BYTES if name == SECRET_FILE else self.max_notebook_bytes
+            data, why, ctime = read_own_file(name, uid, cap, dir_fd=sub_fd)
+            if data is not None and name == SECRET_FILE and not SECRET.fullmatch(data.decode("ascii", "replace")):
+                data, why = None, "not a submission secret"
+            elif data is not None and name != SECRET_FILE and not _is_notebook(data):
+                data, why = None, f"not a notebook ({len(data)} bytes)"
+            if data is None:
+                if why != "missing":
+                    self.log.warning("Left out %s: %s", os.path.join(path, name), why)
+                continue
+            files[name] = data
+            latest = max(latest, ctime)
+        latest = max(latest, os.fstat(sub_fd).st_ctime_ns)   # after the reads: a file renamed in or out is later
+        for name in os.listdir(sub_fd):
+            if name not in (*self.released, SECRET_FILE, "timestamp.txt"):
+                self.log.warning("Left out %s: not a released notebook of %s", os.path.join(path, name),
+                                 self.coursedir.assignment_id)
+        return files, latest
+
+    def _collect_student(self, user: str, inbound_fd: int) -> dict | None:
+        """The submission of ``user`` to collect (with its bytes and kernel time), or None; raises OSError where
+        the student's folder cannot be read."""
+        uid, gid = _account(user)
+        folder = os.path.join(self.inbound_path, user)
+        if not is_student_folder(_lstat(user, dir_fd=inbound_fd), uid, gid):
+            self.log.warning("Left out %s: not the inbound folder of a user of that name", folder)
+            return None
+        user_fd = os.open(user, _DIR, dir_fd=inbound_fd)
+        try:
+            prefix = f"{user}+{self.coursedir.assignment_id}+"
+            found = []
+            for name in sorted(os.listdir(user_fd)):
+                if not name.startswith(prefix):
                     continue
-                st = _lstat(entry.path)
+                st = _lstat(name, dir_fd=user_fd)
                 if st is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
-                    self.log.warning("Left out %s: not a folder %s owns", entry.path, user)
+                    self.log.warning("Left out %s: not a folder %s owns", os.path.join(folder, name), user)
                     continue
-                ctime = st.st_ctime
-                with os.scandir(entry.path) as files:
-                    for f in files:
-                        fst = _lstat(f.path)
-                        if fst is not None:
-                            ctime = max(ctime, fst.st_ctime)
-                when = datetime.datetime.fromtimestamp(ctime, datetime.timezone.utc).replace(tzinfo=None)
-                out.append({"username": user, "uid": uid, "filename": entry.name, "path": entry.path,
-                            "timestamp": when})
-        return out
+                when = folder_time(name, dir_fd=user_fd)
+                if when is None:
+                    self.log.warning("Left out %s: cannot be read", os.path.join(folder, name))
+                    continue
+                found.append((when, name))
+            found.sort(reverse=True)
+            if self.duedate is not None and self.before_duedate:
+                found = [f for f in found if f[0] <= self.duedate] + [f for f in found if f[0] > self.duedate]
+            for _, name in found:   # newest first: the first with a notebook collect takes
+                path = os.path.join(folder, name)
+                try:
+                    sub_fd = os.open(name, _DIR, dir_fd=user_fd)
+                except OSError as exc:
+                    self.log.warning("Left out %s: %s", path, "a link" if exc.errno == errno.ELOOP
+                                     else f"cannot be read ({exc.strerror})")
+                    continue
+                try:
+                    files, ctime = self._snapshot(sub_fd, path, uid)
+                except OSError as exc:
+                    self.log.warning("Left out %s: cannot be read (%s)", path, exc.strerror)
+                    continue
+                finally:
+                    os.close(sub_fd)
+                if any(n != SECRET_FILE for n in files):
+                    return {"username": user, "uid": uid, "filename": name, "path": path,
+                            "timestamp": kernel_time(ctime), "files": files}
+                self.log.warning("Left out %s: no released notebook in it could be taken", path)
+            return None
+        finally:
+            os.close(user_fd)
 
     def init_src(self):
         if self.coursedir.course_id == "":
             self.fail("No course id specified. Re-run with --course flag.")
         self.course_path = os.path.join(self.root, self.coursedir.course_id)
         self.inbound_path = os.path.join(self.course_path, "inbound")
-        if not os.path.isdir(self.inbound_path):
-            self.fail(f"Course not found: {self.inbound_path}")
+        try:
+            inbound_fd = os.open(self.inbound_path, _DIR)
+        except OSError as exc:
+            self.fail(f"Course not found: {self.inbound_path} ({exc.strerror})")
         self.released = self._released_names()
-        wanted = self.coursedir.student_id if self.coursedir.student_id not in ("", "*") else None
-        records = []
-        with os.scandir(self.inbound_path) as it:
-            names = sorted(e.name for e in it)
-        for user in names:
-            if wanted is not None and user != wanted:
-                continue
-            uid = _uid(user)
-            folder = own_folder(self.inbound_path, user, uid)
-            if folder is None:
-                self.log.warning("Left out %s: not a folder owned by a user of that name",
-                                 os.path.join(self.inbound_path, user))
-                continue
-            records += self._submissions(user, folder, uid)
-        usergroups = _collect.groupby(records, lambda item: item["username"])
         with _collect.Gradebook(self.coursedir.db_url, self.coursedir.course_id) as gb:
             try:
                 self.duedate = gb.find_assignment(self.coursedir.assignment_id).duedate
             except _collect.MissingEntry:
                 self.duedate = None
+        wanted = self.coursedir.student_id if self.coursedir.student_id not in ("", "*") else None
         self.src_records = []
-        for recs in usergroups.values():
-            recs = self._sort_by_timestamp(recs)
-            if self.duedate is not None and self.before_duedate:
-                before = [r for r in recs if r["timestamp"] <= self.duedate]
-                recs = before or recs
-            self.src_records.append(recs[0])
+        try:
+            for user in sorted(os.listdir(inbound_fd)):
+                if (wanted is not None and user != wanted) or user.startswith("."):
+                    continue
+                try:
+                    rec = self._collect_student(user, inbound_fd)
+                except OSError as exc:   # that student's line, never the class's failure
+                    self.log.warning("Left out %s: %s", os.path.join(self.inbound_path, user),
+                                     "a link" if exc.errno == errno.ELOOP else f"cannot be read ({exc.strerror})")
+                    continue
+                if rec is not None:
+                    self.src_records.append(rec)
+        finally:
+            os.close(inbound_fd)
 
     def copy_files(self):
         if not self.src_records:
@@ -237,65 +412,18 @@ class ExchangeCollect(_RootNeedNotBeWritable, _collect.ExchangeCollect):
                 shutil.rmtree(dest)
             else:
                 self.log.info("Collecting submission: %s %s", student, self.coursedir.assignment_id)
-            self.copy_submission(rec["path"], dest, rec["uid"], rec["timestamp"])
-
-    def copy_submission(self, src: str, dest: str, uid: int, when: datetime.datetime):
-        """The released notebooks of ``src`` (and its secret) into ``dest``, each read without following a link;
-        ``timestamp.txt`` from ``when``; everything else named in the log and left out."""
-        os.makedirs(dest)
-        taken = set()
-        for name in [*self.released, "submission_secret.txt"]:
-            cap = MAX_SECRET_BYTES if name == "submission_secret.txt" else self.max_notebook_bytes
-            data, why = read_own_file(os.path.join(src, name), uid, cap)
-            if data is None:
-                if why != "missing":
-                    self.log.warning("Left out %s: %s", os.path.join(src, name), why)
-                continue
-            if name == "submission_secret.txt" and not SECRET.fullmatch(data.decode("ascii", "replace")):
-                self.log.warning("Left out %s: not a submission secret", os.path.join(src, name))
-                continue
-            with open(os.path.join(dest, name), "wb") as f:
-                f.write(data)
-            taken.add(name)
-        with os.scandir(src) as it:
-            for entry in it:
-                if entry.name not in taken and entry.name != "timestamp.txt":
-                    self.log.warning("Left out %s: not a released notebook of %s", entry.path,
-                                     self.coursedir.assignment_id)
-        with open(os.path.join(dest, "timestamp.txt"), "w") as f:
-            f.write(when.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
-
-
-def read_own_file(path: str, uid: int, cap: int) -> tuple[bytes | None, str]:
-    """(the bytes of ``path``, "") if it is a regular file owned by ``uid`` with one link and at most ``cap``
-    bytes, opened without following a link; else (None, why)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None, "missing"
-    except OSError as exc:
-        return None, "a link" if exc.errno == errno.ELOOP else f"cannot be opened ({exc.strerror})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, "not a regular file"
-        if st.st_uid != uid:
-            return None, "not the student's own file"
-        if st.st_nlink != 1:
-            return None, "a hard link"
-        if st.st_size > cap:
-            return None, f"larger than {cap} bytes"
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(cap + 1)
-        if len(data) > cap:
-            return None, f"larger than {cap} bytes"
-        return data, ""
-    finally:
-        os.close(fd)
+            os.makedirs(dest)
+            for name, data in rec["files"].items():
+                with open(os.path.join(dest, name), "wb") as f:
+                    f.write(data)
+            with open(os.path.join(dest, "timestamp.txt"), "w") as f:
+                f.write(format_time(rec["timestamp"]))
 
 
 class ExchangeList(_RootNeedNotBeWritable, _list.ExchangeList):
-    """nbgrader's list; ``--inbound`` looks in the per-student folders (those the caller can read)."""
+    """nbgrader's list; ``--inbound`` looks in the per-student folders (those the caller can read), shows the
+    kernel's time of each submission, and ``--remove`` takes a submission out of every listing even where the
+    instructor cannot delete a student's files."""
 
     def init_dest(self):
         if not self.inbound:
@@ -304,7 +432,7 @@ class ExchangeList(_RootNeedNotBeWritable, _list.ExchangeList):
         assignment_id = self.coursedir.assignment_id or "*"
         student_id = self.coursedir.student_id or "*"
         pattern = os.path.join(self.root, course_id, "inbound", student_id, f"{student_id}+{assignment_id}+*")
-        self.assignments = sorted(glob.glob(pattern))
+        self.assignments = sorted(p for p in glob.glob(pattern) if not os.path.islink(p))
 
     def parse_assignment(self, assignment):
         if not self.inbound:
@@ -314,7 +442,29 @@ class ExchangeList(_RootNeedNotBeWritable, _list.ExchangeList):
         m = re.match(regexp, assignment)
         if m is None:
             raise RuntimeError(f"Could not match {assignment!r} with {regexp!r}")
-        return m.groupdict()
+        info = m.groupdict()
+        when = folder_time(assignment)   # the kernel's time, not the one in the name the student chose
+        info["timestamp"] = format_time(when) if when is not None else "(cannot be read)"
+        return info
+
+    def remove_files(self):
+        if not self.inbound:
+            return super().remove_files()
+        assignments = self.parse_assignments()
+        self.log.info("Removing submitted assignments:")
+        for assignment in assignments:
+            for info in assignment["submissions"]:
+                self.log.info(self.format_inbound_assignment(info))
+        for path in self.assignments:
+            head, name = os.path.split(path)
+            aside = os.path.join(head, f"{REMOVED}{secrets.token_hex(4)}-{name}")
+            try:
+                os.rename(path, aside)   # out of every listing and of collect (the folder above is the instructor's)
+            except OSError as exc:
+                self.log.warning("Could not remove %s: %s", path, exc.strerror)
+                continue
+            shutil.rmtree(aside, ignore_errors=True)   # the student's own files stay until they delete them
+        return assignments
 
 
 class Exchange(_RootNeedNotBeWritable, _exchange.Exchange):
@@ -334,7 +484,29 @@ class ExchangeFetchFeedback(_RootNeedNotBeWritable, _fetch_feedback.ExchangeFetc
 
 
 class ExchangeReleaseFeedback(_RootNeedNotBeWritable, _release_feedback.ExchangeReleaseFeedback):
-    pass
+    """nbgrader's release_feedback; a student whose collected secret or time is missing or not valid is a line in
+    the log (and left out), never the class's failure."""
+
+    def copy_files(self):
+        excluded = set(filter(None, (self.coursedir.student_id_exclude or "").split(",")))
+        for html in glob.glob(os.path.join(self.src_path, "*.html")):
+            folder = os.path.dirname(html)
+            student = os.path.basename(os.path.dirname(folder))
+            if student in excluded:
+                continue
+            try:
+                with open(os.path.join(folder, SECRET_FILE)) as f:
+                    secret = f.read(MAX_SECRET_BYTES + 1)
+                with open(os.path.join(folder, "timestamp.txt")) as f:
+                    f.read(1024)
+                why = None if SECRET.fullmatch(secret) else f"its {SECRET_FILE} is not a submission secret"
+            except (OSError, UnicodeDecodeError) as exc:
+                why = f"{getattr(exc, 'filename', None) or SECRET_FILE}: {getattr(exc, 'strerror', None) or exc}"
+            if why:
+                self.log.warning("Left out the feedback of %s: %s", student, why)
+                excluded.add(student)
+        self.coursedir.student_id_exclude = ",".join(sorted(excluded))
+        super().copy_files()
 
 
 def config_lines(module: str = "course_exchange") -> str:

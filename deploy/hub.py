@@ -10,7 +10,10 @@ What it sets up (deploy/README.md is the instructor's page):
   ``--roster``, one student account per ``id`` of the CSV. Every student is put in the course's gradebook
   with the roster's names (formgrader lists them; the LMS export names them); without names, by login.
 * ``DIR/exchange``: the course's exchange (deploy/course_exchange.py, :func:`make_exchange`): root's; one inbound
-  folder per student that only that student writes and only the instructor reads besides.
+  folder per student (the instructor's, group the student's own, 0770) that only that student writes and only the
+  instructor reads besides.
+* ``DIR/disks``: each student's disk (:func:`student_disk`, ``--user-disk``, ``--user-inodes``): an ext4 image on a
+  loop device holding their home, their inbound folder and their server's /tmp, mounted while the hub runs.
 * ``DIR/venv``: the Python every user's server and kernels run: a view of this checkout's ``.venv`` (its
   packages, read in place; its console scripts) on its own interpreter (copied to ``DIR/python`` when it
   lives where only root can enter, as pyenv's under /root), with its own copy of the ``attncourse`` package (what students install anyway: no solutions, no
@@ -25,7 +28,8 @@ What it sets up (deploy/README.md is the instructor's page):
 * This checkout holds the solutions too: its entries but ``.venv`` are closed to other users
   (``chmod o-rwx``); the checkout itself keeps ``o+x`` so that the venv stays reachable.
 
-Then it runs JupyterHub (``deploy/jupyterhub_config.py``, PAM logins, local single-user servers) with
+Then it runs JupyterHub (``deploy/jupyterhub_config.py``, PAM logins, local single-user servers, each on an origin
+of its own: ``http://<user>.localhost:PORT``, the hub on ``http://localhost:PORT``) with
 the proxy ``configurable-http-proxy`` from ``deploy/node_modules`` (``npm ci --prefix deploy``) until
 Ctrl-C, and then stops the hub, the proxy, every single-user server and every kernel of the hub's users.
 """
@@ -195,6 +199,12 @@ def remove_user(name: str):
     """Stop every process of ``name`` and remove the user and its home (used by the tests' throw-away users)."""
     kill_user_processes({name})
     remove_user_cgroups([name])
+    try:
+        home = Path(pwd.getpwnam(name).pw_dir)
+        if _mounted(home):   # their disk (student_disk): never delete through it
+            _umount(home)
+    except KeyError:
+        pass
     subprocess.run(["userdel", "--remove", "--force", name], capture_output=True, text=True)
 
 
@@ -347,17 +357,21 @@ def _share_with_safe_kernel(share: Path, dest: Path, python: Path):
     (dest / "jupyter" / "kernels" / "python3" / "kernel.json").write_text(json.dumps(spec, indent=1))
 
 
-def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
+def make_exchange(exchange: Path, cid: str, instructor: str, students, root_owner: int = 0) -> Path:
     """The exchange of deploy/course_exchange.py, made (or made safe again) as root:
 
     ``exchange`` root:root 0755; ``<cid>``, ``<cid>/outbound``, ``<cid>/feedback`` the instructor's, 0755 / 0755 /
-    0711; ``<cid>/inbound`` the instructor's, 0711; ``<cid>/inbound/<student>`` the student's, group the
-    instructor's, 2750. Anything else at those places (a link, another owner) is moved aside, never followed."""
+    0711; ``<cid>/inbound`` the instructor's, 0711; ``<cid>/inbound/<student>`` the instructor's, group the
+    student's own group, 0770: the student writes there, the instructor reads it, nobody else reaches it, and
+    the student cannot change its mode (a student's chmod of a folder they owned dropped the setgid bit the old
+    layout relied on). A folder the student owns (that old layout) is handed over, its submissions kept; anything
+    else at those places (a link, a file, another owner) is moved aside, never followed. ``root_owner``: the
+    exchange root's owner (root; the peer suite, run by one account, passes its own uid)."""
     ipw = pwd.getpwnam(instructor)
 
-    def folder(path: Path, uid: int, gid: int, mode: int):
+    def folder(path: Path, uid: int, gid: int, mode: int, also_ok=()):
         st = path.lstat() if path.is_symlink() or path.exists() else None
-        if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid != uid):
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or st.st_uid not in (uid, *also_ok)):
             # a link, a file, or a folder someone else made (the old 0777 exchange let any student do that):
             # nothing in it is trusted or followed
             path.rename(path.with_name(f"{path.name}.moved-aside-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"))
@@ -367,15 +381,33 @@ def make_exchange(exchange: Path, cid: str, instructor: str, students) -> Path:
         os.lchown(path, uid, gid)
         os.chmod(path, mode)
 
-    folder(exchange, 0, 0, 0o755)
+    folder(exchange, root_owner, root_owner and ipw.pw_gid, 0o755)
     course = exchange / cid
     folder(course, ipw.pw_uid, ipw.pw_gid, 0o755)
     folder(course / "outbound", ipw.pw_uid, ipw.pw_gid, 0o755)
     folder(course / "feedback", ipw.pw_uid, ipw.pw_gid, 0o711)
     folder(course / "inbound", ipw.pw_uid, ipw.pw_gid, 0o711)
     for name in students:
-        folder(course / "inbound" / name, pwd.getpwnam(name).pw_uid, ipw.pw_gid, 0o2750)
+        spw = pwd.getpwnam(name)
+        if name != instructor:
+            _check_own_group(spw)
+        folder(course / "inbound" / name, ipw.pw_uid, spw.pw_gid, 0o770, also_ok=(spw.pw_uid,))
     return course
+
+
+def _check_own_group(pw) -> None:
+    """A student's inbound folder is reached through their primary group: it must be theirs alone."""
+    import grp
+
+    try:
+        g = grp.getgrgid(pw.pw_gid)
+    except KeyError:
+        raise HubError(f"{pw.pw_name}'s primary group {pw.pw_gid} does not exist") from None
+    shared = [m for m in g.gr_mem if m != pw.pw_name]
+    shared += [u.pw_name for u in pwd.getpwall() if u.pw_gid == pw.pw_gid and u.pw_name != pw.pw_name]
+    if shared:
+        raise HubError(f"{pw.pw_name}'s primary group {g.gr_name} is shared with {', '.join(sorted(set(shared)))}: "
+                       "every student needs a group of their own (useradd --user-group)")
 
 
 def shared_venv(dest: Path, python: str) -> Path:
@@ -426,7 +458,7 @@ CGROUPS = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "attncourse-hub"   # /sys/fs/cgroup/<controller>/attncourse-hub/<user> (cgroup v1), or v2's one tree
 # Linux's RLIMIT_NPROC and the pids controller count threads too: a kernel with torch has a dozen or so
 LIMIT_DEFAULTS = {"user_procs": 512, "process_memory": 4 * GiB, "user_memory": "auto", "cpu_shares": 1024,
-                  "hidepid": True}
+                  "hidepid": True, "user_disk": 1 * GiB, "user_inodes": 65536, "open_files": 1024}
 
 
 def parse_size(text) -> int:
@@ -477,6 +509,9 @@ def user_cgroups(user: str, limits: dict, parent: str = CGROUP_PARENT) -> list[P
             for name, value in settings.items():
                 if (d / name).exists():
                     (d / name).write_text(str(value))
+            # nobody but root reads a student's cgroup (every student read every other's cgroup.procs and memory)
+            os.chmod(root / parent, 0o711)
+            os.chmod(d, 0o700)
             made.append(d)
         except OSError:
             continue
@@ -494,13 +529,16 @@ def remove_user_cgroups(users, parent: str = CGROUP_PARENT) -> None:
                 pass
 
 
-def limits_preexec(limits: dict, cgroups: list[Path] = (), then=None):
+def limits_preexec(limits: dict, cgroups: list[Path] = (), then=None, private: dict | None = None):
     """A ``preexec_fn`` (run in the child, as root, before ``then``: the spawner's setuid): into the user's cgroups,
-    then RLIMIT_NPROC (``user_procs``: every process and thread of that uid together, so truly per user) and
-    RLIMIT_AS (``process_memory``, per process); what the server starts (kernels, terminals) inherits them."""
+    then RLIMIT_NPROC (``user_procs``: every process and thread of that uid together, so truly per user),
+    RLIMIT_AS (``process_memory``, per process), RLIMIT_NOFILE (``open_files``, per process) and RLIMIT_FSIZE (no
+    file larger than ``user_disk``); with ``private`` (:func:`private_mounts`), a mount namespace of its own whose
+    writable places are on the student's disk. What the server starts (kernels, terminals) inherits all of it."""
     import resource
 
     procs, mem = limits.get("user_procs") or 0, limits.get("process_memory") or 0
+    nofile, fsize = limits.get("open_files") or 0, limits.get("user_disk") or 0
 
     def preexec():
         for d in cgroups:
@@ -509,14 +547,123 @@ def limits_preexec(limits: dict, cgroups: list[Path] = (), then=None):
                     f.write(str(os.getpid()))
             except OSError:
                 pass
+        if private:
+            enter_private_mounts(private)
         if procs:
             resource.setrlimit(resource.RLIMIT_NPROC, (procs, procs))
         if mem:
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+        if nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        if fsize:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
         if then is not None:
             then()
 
     return preexec
+
+
+# -- each student's disk ------------------------------------------------------------------------------
+# a filesystem of their own (an ext4 image, preallocated, on a loop device): their home, their inbound folder and
+# their server's /tmp are on it, so one student filling it (bytes or inodes) fills only their own, never the
+# hub's state, the exchange or a classmate's home
+DISK_PARTS = ("home", "inbound", "tmp")
+_CLONE_NEWNS, _MS_BIND, _MS_REC, _MS_SLAVE, _MS_NOSUID, _MS_NODEV = 0x20000, 4096, 16384, 1 << 19, 2, 4
+
+
+def _mount(src, target, fstype=None, flags=0, data=None):
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    enc = lambda v: None if v is None else str(v).encode()   # noqa: E731
+    if libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def enter_private_mounts(private: dict):
+    """In a student's server (as root, before setuid): a mount namespace of its own where /tmp and /var/tmp are the
+    ``tmp`` folder of the student's disk and /dev/shm and /run/lock small tmpfs of its own (``private``:
+    {"tmp": folder, "shm_mb": size}); every other mount follows the machine's (a slave of it)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare a mount namespace")
+    _mount(None, "/", None, _MS_REC | _MS_SLAVE)
+    for target in ("/tmp", "/var/tmp"):
+        if os.path.isdir(target):
+            _mount(private["tmp"], target, None, _MS_BIND)
+    for target, size in (("/dev/shm", f"{private.get('shm_mb', 64)}m"), ("/run/lock", "1m")):
+        if os.path.isdir(target):
+            _mount("tmpfs", target, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={size},nr_inodes=4096,mode=1777")
+
+
+def _mounted(path: Path) -> bool:
+    return os.path.ismount(path)
+
+
+def _umount(path: Path):
+    subprocess.run(["umount", "-l", str(path)], capture_output=True, text=True)
+
+
+def student_disk(hubdir: Path, user: str, instructor: str, inbound: Path, size: int, inodes: int) -> Path:
+    """The student's disk, made once (``DIR/disks/<user>.img``: ext4 of ``size`` bytes, preallocated, ``inodes``
+    inodes, nosuid, nodev), mounted at ``DIR/disks/<user>``; its ``home`` bound on the user's home (what was there
+    the first time copied in), its ``inbound`` (the instructor's, group the student's, 0770) on ``inbound``, its
+    ``tmp`` for the server's /tmp. Returns the mount; raises OSError or HubError where it cannot be made here."""
+    pw, ipw = pwd.getpwnam(user), pwd.getpwnam(instructor)
+    disks = hubdir / "disks"
+    disks.mkdir(exist_ok=True)
+    disks.chmod(0o700)
+    img, mnt = disks / f"{user}.img", disks / user
+    if not img.exists():
+        with open(img, "wb") as f:
+            os.posix_fallocate(f.fileno(), 0, size)
+        # (nodiscard: mkfs would otherwise hand the preallocated blocks back, and the image grow as it fills)
+        r = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-N", str(inodes), "-E", "nodiscard", "-L", user[:16],
+                            str(img)], capture_output=True, text=True)
+        if r.returncode != 0:
+            img.unlink()
+            raise HubError(f"mkfs.ext4 {img}: {(r.stderr or r.stdout).strip()[:200]}")
+    with open(img, "r+b") as f:   # every block reserved (again, each start): the students never fill the hub's disk
+        os.posix_fallocate(f.fileno(), 0, max(size, os.fstat(f.fileno()).st_size))
+    mnt.mkdir(exist_ok=True)
+    if not _mounted(mnt):
+        r = subprocess.run(["mount", "-o", "loop,nosuid,nodev", str(img), str(mnt)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise HubError(f"cannot mount {img} ({(r.stderr or r.stdout).strip()[:200]})")
+    mnt.chmod(0o755)
+    home = Path(pw.pw_dir)
+    for part, (uid, gid, mode) in {"home": (pw.pw_uid, pw.pw_gid, 0o700),
+                                   "inbound": (ipw.pw_uid, pw.pw_gid, 0o770),
+                                   "tmp": (pw.pw_uid, pw.pw_gid, 0o700)}.items():
+        d = mnt / part
+        if not d.exists():
+            d.mkdir()
+            if part == "home" and home.is_dir() and not _mounted(home):    # the account's files so far
+                subprocess.run(["cp", "-a", f"{home}/.", str(d)], check=True, capture_output=True)
+            if part == "inbound" and inbound.is_dir() and not _mounted(inbound):
+                subprocess.run(["cp", "-a", f"{inbound}/.", str(d)], check=True, capture_output=True)
+        os.lchown(d, uid, gid)
+        os.chmod(d, mode)
+    for src, target in ((mnt / "home", home), (mnt / "inbound", inbound)):
+        target.mkdir(parents=True, exist_ok=True)
+        if not _mounted(target):
+            _mount(src, target, None, _MS_BIND)
+    return mnt
+
+
+def release_disks(hubdir: Path, users, inbound: Path | None = None):
+    """Unmount the students' disks (their homes and inbound folders first); the images stay for the next start."""
+    for user in users:
+        try:
+            home = Path(pwd.getpwnam(user).pw_dir)
+        except KeyError:
+            home = None
+        for target in (home, inbound / user if inbound else None, Path(hubdir) / "disks" / user):
+            if target is not None and _mounted(target):
+                _umount(target)
 
 
 def hide_processes() -> bool | None:
@@ -540,14 +687,23 @@ def _proc_options() -> str:
     return ""
 
 
-def describe_limits(limits: dict, hidden: bool | None) -> str:
+def _why_not_dir(hubdir: Path) -> str | None:
+    """None where the hub's folder can be ``hubdir``; else why not (one line)."""
+    real = Path(os.path.realpath(hubdir))
+    if real == Path("/tmp") or Path("/tmp") in real.parents:
+        return (f"--dir {hubdir} is under /tmp, and every grading kernel gets a /tmp of its own: the Python there "
+                "would be hidden from it (the preloaded fork server could not start). Use /srv/attncourse-hub")
+    return None
+
+
+def describe_limits(limits: dict, hidden: bool | None, settings: dict | None = None) -> str:
     """One line: the limits in force here (cgroups probed by making and removing one)."""
     probe = f"probe-{os.getpid()}"
     cg = user_cgroups(probe, limits, parent=f"{CGROUP_PARENT}-probe")
     for d in cg:
         d.rmdir()
     remove_user_cgroups([probe], parent=f"{CGROUP_PARENT}-probe")
-    g = lambda n: f"{n / GiB:g} GiB"   # noqa: E731
+    g = lambda n: f"{n / GiB:g} GiB" if n >= GiB else f"{n / 2 ** 20:g} MiB"   # noqa: E731
     parts = [f"{limits['user_procs'] or 'any number of'} processes/threads",
              f"{g(limits['process_memory']) if limits['process_memory'] else 'no limit'} of address space per process"]
     if cg:
@@ -555,6 +711,13 @@ def describe_limits(limits: dict, hidden: bool | None) -> str:
                      f"CPU weight {limits['cpu_shares']} (cgroups: {', '.join(sorted({d.parent.parent.name for d in cg}))})")
     else:
         parts.append("no cgroups here (cannot create them): no memory or CPU limit per student")
+    parts.append(f"{limits['open_files']} open files per process" if limits.get("open_files") else "any open files")
+    if settings is not None and settings.get("disks"):
+        parts.append(f"a disk of {g(limits['user_disk'])} and {limits['user_inodes']} files of their own "
+                     "(home, inbound, /tmp)")
+    elif limits.get("user_disk"):
+        parts.append(f"no disk of their own here ({(settings or {}).get('no_disk') or 'not made'}): files up to "
+                     f"{g(limits['user_disk'])} each on the machine's disk")
     parts.append({True: "/proc hidepid=2 (others' processes hidden)", False: "/proc already hides others' processes",
                   None: "/proc hidepid=2 not permitted here (others' processes visible)"}[hidden]
                  if limits["hidepid"] else "/proc as it was (--no-hidepid)")
@@ -571,10 +734,13 @@ INSTRUCTOR_CSP = "frame-ancestors 'self'"
 
 # -- the hub's folder ------------------------------------------------------------------------------
 def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "127.0.0.1",
-            port: int = 8000, home_base: str | None = None, limits: dict | None = None) -> dict:
-    """Users, exchange, package copy, per-role config and the instructor's course; returns {user: password}.
-    ``roster``: {login: {first_name, last_name, email, lms_user_id}} (:func:`read_roster`; ``{}`` for no names);
-    ``limits``: the per-student limits (:func:`resolve_limits`), kept in hub.json for deploy/jupyterhub_config.py."""
+            port: int = 8000, home_base: str | None = None, limits: dict | None = None,
+            public_url: str | None = None) -> dict:
+    """Users, exchange, the students' disks, package copy, per-role config and the instructor's course; returns
+    {user: password}. ``roster``: {login: {first_name, last_name, email, lms_user_id}} (:func:`read_roster`; ``{}``
+    for no names); ``limits``: the per-student limits (:func:`resolve_limits`), kept in hub.json for
+    deploy/jupyterhub_config.py; ``public_url``: where browsers reach the hub (default ``http://localhost:PORT``),
+    every user's server on a host of its own below it (``http://<user>.localhost:PORT``)."""
     students = list(roster)
     hubdir = Path(hubdir)
     passwords = {name: ensure_user(name, home_base) for name in [instructor, *students]}
@@ -582,7 +748,19 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
     hubdir.chmod(0o755)
     cid = course_id()
     exchange = hubdir / "exchange"
-    make_exchange(exchange, cid, instructor, students)   # root's, per-student inbound (deploy/course_exchange.py)
+    course_ex = make_exchange(exchange, cid, instructor, students)   # root's, per-student inbound (course_exchange.py)
+    limits = resolve_limits(limits)
+    disks, no_disk = {}, None
+    if limits["user_disk"]:
+        for name in students:
+            try:
+                disks[name] = str(student_disk(hubdir, name, instructor, course_ex / "inbound" / name,
+                                               limits["user_disk"], limits["user_inodes"]))
+            except (OSError, HubError, subprocess.CalledProcessError) as exc:   # (no loop devices here, say)
+                no_disk = str(exc)
+                release_disks(hubdir, disks, course_ex / "inbound")
+                disks = {}
+                break
 
     python = base_python(hubdir / "python")
     venv = shared_venv(hubdir / "venv", python)
@@ -630,7 +808,8 @@ def prepare(hubdir: Path, instructor: str, roster: dict[str, dict], ip: str = "1
         "instructor": instructor, "students": students, "course": str(course), "course_id": cid,
         "exchange": str(exchange), "etc": str(etc), "state": str(state),
         "venv": str(venv), "python": str(venv / "bin" / "python"), "proxy": proxy_command(),
-        "limits": resolve_limits(limits),
+        "limits": limits, "disks": disks, "no_disk": no_disk,
+        "public_url": (public_url or f"http://localhost:{port}").rstrip("/"),
     }
     _write(hubdir / "hub.json", json.dumps(settings, indent=1))
     return passwords
@@ -656,7 +835,7 @@ class Hub:
 
     @property
     def url(self) -> str:
-        return f"http://{self.settings['ip']}:{self.settings['port']}"
+        return self.settings.get("public_url") or f"http://{self.settings['ip']}:{self.settings['port']}"
 
     def start(self, log_to_file: bool = False):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER", "ATTNCOURSE_"))}
@@ -675,7 +854,8 @@ class Hub:
         # the hub's own port first, then through the proxy: the proxy starts before the hub, and each request
         # before the hub's route is in it was a red "[ConfigProxy] error: 404 GET /hub/api/" in every start's log
         # (and "Failed to get custom error page: ECONNREFUSED", the hub not listening yet)
-        for url in (f"http://127.0.0.1:{self.settings['hub_port']}/hub/api/", f"{self.url}/hub/api/"):
+        for url in (f"http://127.0.0.1:{self.settings['hub_port']}/hub/api/",
+                    f"http://127.0.0.1:{self.settings['port']}/hub/api/"):
             while True:
                 if self.proc.poll() is not None:
                     raise HubError(f"JupyterHub exited ({self.proc.returncode}); see {self.log_path}")
@@ -710,6 +890,8 @@ class Hub:
         users = [self.settings["instructor"], *self.settings["students"]]
         left = kill_user_processes(users)
         remove_user_cgroups(users)
+        release_disks(self.hubdir, self.settings.get("disks") or {},
+                      Path(self.settings["exchange"]) / self.settings["course_id"] / "inbound")
         return left
 
     def _stop_proxy(self):
@@ -740,6 +922,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=str(DEFAULT_DIR), help=f"the hub's folder (default {DEFAULT_DIR})")
     ap.add_argument("--ip", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--public-url", default=None,
+                    help="where browsers reach the hub (default http://localhost:PORT); each user's server is on a "
+                         "host of its own below it (http://USER.localhost:PORT): a wildcard DNS name behind HTTPS")
     ap.add_argument("--home-base", default=None, help="where new users' homes go (default: useradd's, /home)")
     lim = ap.add_argument_group("per-student limits (deploy/README.md; 0: none)")
     lim.add_argument("--user-procs", type=int, default=LIMIT_DEFAULTS["user_procs"],
@@ -752,17 +937,25 @@ def main(argv=None) -> int:
                           "at most 8G)")
     lim.add_argument("--cpu-shares", type=int, default=LIMIT_DEFAULTS["cpu_shares"],
                      help="each student's CPU weight (cgroup cpu.shares; default 1024: an equal share per student)")
+    lim.add_argument("--user-disk", type=parse_size, default=LIMIT_DEFAULTS["user_disk"],
+                     help="each student's disk: their home, inbound folder and /tmp, a filesystem of their own "
+                          "(preallocated under DIR/disks; default 1G; 0: none, everything on the machine's disk)")
+    lim.add_argument("--user-inodes", type=int, default=LIMIT_DEFAULTS["user_inodes"],
+                     help=f"files and folders on each student's disk (default {LIMIT_DEFAULTS['user_inodes']})")
+    lim.add_argument("--open-files", type=int, default=LIMIT_DEFAULTS["open_files"],
+                     help=f"open files per process (RLIMIT_NOFILE; default {LIMIT_DEFAULTS['open_files']})")
     lim.add_argument("--no-hidepid", dest="hidepid", action="store_false",
                      help="leave /proc as it is (default: remount it hidepid=2, users see only their own processes)")
     args = ap.parse_args(argv)
     try:
         limits = {"user_procs": args.user_procs, "process_memory": args.process_memory, "cpu_shares": args.cpu_shares,
                   "user_memory": "auto" if args.user_memory == "auto" else parse_size(args.user_memory),
-                  "hidepid": args.hidepid}
+                  "hidepid": args.hidepid, "user_disk": args.user_disk, "user_inodes": args.user_inodes,
+                  "open_files": args.open_files}
     except ValueError as exc:
         print(f"./course hub: --user-memory: {exc}", file=sys.stderr)
         return 2
-    reason = why_not()
+    reason = why_not() or _why_not_dir(Path(args.dir))
     if reason:
         print(f"./course hub: {reason}", file=sys.stderr)
         return 2
@@ -773,7 +966,12 @@ def main(argv=None) -> int:
         print(f"./course hub: {exc}", file=sys.stderr)
         return 2
     limits = resolve_limits(limits)
-    passwords = prepare(Path(args.dir), args.instructor, roster, args.ip, args.port, args.home_base, limits)
+    try:
+        passwords = prepare(Path(args.dir), args.instructor, roster, args.ip, args.port, args.home_base, limits,
+                            args.public_url)
+    except HubError as exc:
+        print(f"./course hub: {exc}", file=sys.stderr)
+        return 2
     closed = close_checkout()
     if closed:
         print(f"closed to other users (chmod o-rwx, they hold the solutions): {', '.join(closed)} in {ROOT}")
@@ -784,7 +982,7 @@ def main(argv=None) -> int:
         print(f"  {role:10s} {name:20s} {pw}", flush=True)
     print(f"course folder: {hub.settings['course']}  exchange: {hub.settings['exchange']}", flush=True)
     hid = hide_processes() if limits["hidepid"] else False
-    print("per student: " + describe_limits(limits, hid), flush=True)
+    print("per student: " + describe_limits(limits, hid, hub.settings), flush=True)
 
     def _stop(signum, frame):
         raise KeyboardInterrupt

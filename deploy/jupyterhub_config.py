@@ -21,6 +21,10 @@ VENV_BIN = str(Path(S["python"]).parent)
 
 # where it listens: the proxy on ip:port, the hub and the proxy's API on free local ports
 c.JupyterHub.bind_url = f"http://{S['ip']}:{S['port']}"
+# every user's server on an origin of its own (http://<user>.localhost:PORT; the hub on http://localhost:PORT): a
+# page a student's server serves cannot read, frame or script the hub's or the instructor's pages, whatever it is
+if S.get("public_url"):
+    c.JupyterHub.subdomain_host = S["public_url"]
 c.JupyterHub.hub_bind_url = f"http://127.0.0.1:{S['hub_port']}"
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{S['proxy_api_port']}"
 c.ConfigurableHTTPProxy.command = [S["proxy"]]
@@ -50,7 +54,9 @@ class CourseSpawner(LocalProcessSpawner):
         setuid = super().make_preexec_fn(name)
         if name == S["instructor"]:
             return setuid
-        return limits_preexec(LIMITS, user_cgroups(name, LIMITS), then=setuid)
+        disk = (S.get("disks") or {}).get(name)
+        private = {"tmp": str(Path(disk) / "tmp")} if disk else None   # /tmp, /var/tmp on the student's disk
+        return limits_preexec(LIMITS, user_cgroups(name, LIMITS), then=setuid, private=private)
 
 
 c.JupyterHub.spawner_class = CourseSpawner
@@ -59,7 +65,13 @@ c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
 c.Spawner.http_timeout = 120
 c.Spawner.start_timeout = 120
+# a student cannot reconfigure what their server serves: no config, extension or static path from their home
+# (~/.jupyter, ~/.local/share/jupyter: JupyterHub's disable_user_config), no module from their user site-packages
+# (PYTHONNOUSERSITE; the course's packages are all in the shared environment). Their pages are on their own origin
+# anyway (above): a student with a shell can always serve something else on their server's port.
+c.Spawner.disable_user_config = True
 c.Spawner.environment = {
+    "PYTHONNOUSERSITE": "1",
     "PATH": f"{VENV_BIN}:/usr/local/bin:/usr/bin:/bin",
     "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
     "LANG": os.environ.get("LANG", "C.UTF-8"),

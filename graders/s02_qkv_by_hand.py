@@ -49,6 +49,21 @@ def softmax(x, axis=-1):
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
     return e / e.sum()
 '''),
+        Mistake("axis_0", "the softmax always runs over axis 0 (down each column), whatever `axis` says: take the "
+                "max and the sum along `axis` (axis=axis, keepdims=True).",
+                '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=0, keepdims=True))
+    return e / e.sum(axis=0, keepdims=True)
+'''),
+        Mistake("axis_1", "the softmax always runs over axis 1, which is the last axis only for a matrix: take the "
+                "max and the sum along `axis` (axis=axis, keepdims=True), so that a batch (..., n) and axis=0 work "
+                "too.",
+                '''
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+'''),
         Mistake("returns_torch", "it returns a torch tensor; this exercise is NumPy in, NumPy out (use np.exp, np.max).",
                 '''
 def softmax(x, axis=-1):
@@ -213,16 +228,19 @@ def _fixed_args(g, *batch, t_q=3, t_k=5, d_k=8, d_v=4):
 FIXED_ATTENTION = Exercise(
     name="fixed_attention", cell="fixed_attention", reference=FIXED_REF, handout="no_scale",
     mistakes=[
-        Mistake("no_scale", "the scores are not divided by √d_k: multiply Q Kᵀ by d_k ** -0.5 (or divide by "
-                "math.sqrt(d_k)); without it the softmax gets sharper the bigger d_k is.",
-                patch(FIXED_REF, " * d_k ** -0.5", " " * len(" * d_k ** -0.5"))),
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("no_scale", "the output matches softmax(Q Kᵀ / √d_k) V only when d_k = 1: for larger d_k the "
+                "weights are too sharp (each row closer to one-hot than it should be), and the sharper the bigger "
+                "d_k is.",
+                patch(FIXED_REF, " * K.size(-1) ** -0.5", " " * len(" * K.size(-1) ** -0.5"))),
         Mistake("scale_dk", "the scores are divided by d_k instead of √d_k: that overshoots, and the bigger d_k "
-                "the flatter every softmax.", patch(FIXED_REF, " * d_k ** -0.5", " / d_k".ljust(len(" * d_k ** -0.5")))),
+                "the flatter every softmax.",
+                patch(FIXED_REF, " * K.size(-1) ** -0.5", " / K.size(-1)".ljust(len(" * K.size(-1) ** -0.5")))),
         Mistake("scale_dv", "the scale uses the size of the VALUES (V's last axis); √d_k is the size of the "
                 "query and key vectors that the dot products sum over.",
-                patch(FIXED_REF, "d_k = K.size(-1)", "d_k = V.size(-1)")),
+                patch(FIXED_REF, "K.size(-1) ** -0.5", "V.size(-1) ** -0.5")),
         Mistake("scale_T", "the scores are divided by √T_k (the number of keys); the scale is √d_k, the length of "
-                "each query and key vector.", patch(FIXED_REF, "d_k = K.size(-1)", "d_k = K.size(-2)")),
+                "each query and key vector.", patch(FIXED_REF, "K.size(-1) ** -0.5", "K.size(-2) ** -0.5")),
         Mistake("softmax_axis", "the softmax runs over the queries (dim=-2): each query's row of weights must sum "
                 "to 1 over the keys (dim=-1).", patch(FIXED_REF, "scores.softmax(dim=-1)", "scores.softmax(dim=-2)")),
     ],
@@ -335,7 +353,7 @@ class SelfAttention(nn.Module):
 )
 
 # ---------------------------------------------------------------- hand-computed: a new 3-token example
-# The notebook gives these (locked cell `hand_example`); the student types each step.
+# The notebook gives these (locked cell `hand_example`); the student types each step as a nested list of numbers.
 HAND_GIVEN = CELLS["hand_example"]
 
 _HELPERS = '''
@@ -350,11 +368,14 @@ def _value_case(what):
 
 
 def _hand(name, cell, ref, mistakes, variant, what):
+    """A matrix the student types by hand: every answer here is a nested list of numbers (``.tolist()`` stands for
+    the typing), so the reference data stores nested lists and the judge refuses an array or a tensor."""
     return Exercise(
-        name=name, cell=cell, given=HAND_GIVEN, reference=f"{_HELPERS}{name} = {ref}",
+        name=name, cell=cell, given=HAND_GIVEN, reference=f"{_HELPERS}{name} = ({ref}).tolist()",
         # mistakes and variants are whole solution cells: each carries its own helper
-        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = {code}") for k, msg, code in mistakes],
-        variants=[Variant("typed_lists", variant), Variant("rounded_2dp", f"{_HELPERS}{name} = np.round({ref}, 2)")],
+        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = np.asarray({code}).tolist()") for k, msg, code in mistakes],
+        variants=[Variant("typed_lists", variant),
+                  Variant("rounded_2dp", f"{_HELPERS}{name} = np.round({ref}, 2).tolist()")],
         cases=_value_case(f"{what} of the 3-token example"),
     )
 
@@ -381,7 +402,7 @@ SCALED_HAND = _hand(
       "Q_ex @ K_ex.T / np.sqrt(3)"),
      ("transposed", "the scaled scores are transposed: row i belongs to query i (Q @ Kᵀ, not K @ Qᵀ).",
       "K_ex @ Q_ex.T / np.sqrt(2)")],
-    "scaled_hand = np.array([[0.7071, 2.1213, 2.8284], [0.0, 0.7071, 1.4142], [1.4142, 1.4142, 0.0]])", "the scaled scores")
+    "scaled_hand = [[0.7071, 2.1213, 2.8284], [0.0, 0.7071, 1.4142], [1.4142, 1.4142, 0.0]]", "the scaled scores")
 
 WEIGHTS_HAND = _hand(
     "weights_hand", "weights_hand", "_sm(Q_ex @ K_ex.T / np.sqrt(2))",
@@ -393,7 +414,7 @@ WEIGHTS_HAND = _hand(
       "(lambda s: s / s.sum(axis=1, keepdims=True))(Q_ex @ K_ex.T / np.sqrt(2))"),
      ("whole_matrix", "the exponentials were divided by the sum over the whole matrix; normalise each row.",
       "(lambda e: e / e.sum())(np.exp(Q_ex @ K_ex.T / np.sqrt(2)))")],
-    "weights_hand = np.array([[0.074, 0.306, 0.620], [0.140, 0.284, 0.576], [0.446, 0.446, 0.108]])", "the attention weights")
+    "weights_hand = [[0.074, 0.306, 0.620], [0.140, 0.284, 0.576], [0.446, 0.446, 0.108]]", "the attention weights")
 
 OUTPUT_HAND = _hand(
     "output_hand", "output_hand", "_sm(Q_ex @ K_ex.T / np.sqrt(2)) @ V_ex",

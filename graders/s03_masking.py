@@ -202,6 +202,9 @@ MSM = Exercise(
 def masked_softmax(scores, mask):
     return torch.softmax(scores, dim=-1) * mask
 '''),
+        Mistake("softmax_axis", "the softmax runs over the queries (dim=-2): each query's row of weights, over the "
+                "keys it may see, must sum to 1, so normalise over the last axis (dim=-1).",
+                patch(MSM_REF, 'float("-inf")), dim=-1)', 'float("-inf")), dim=-2)')),
         Mistake("nan_rows", "a row with no allowed key is NaN.", '''
 def masked_softmax(scores, mask):
     return torch.softmax(scores.masked_fill(mask == 0, float("-inf")), dim=-1)
@@ -265,8 +268,9 @@ _tril = np.tril(np.ones((3, 3))) == 1
 
 
 def _mw(expr):
-    """A whole solution cell (the notebook gives only S_ex): the helpers, then the assignment."""
-    return f"{_HELPERS}masked_weights_hand = {expr}"
+    """A whole solution cell (the notebook gives only S_ex): the helpers, then the assignment, typed as a nested
+    list (``.tolist()`` stands for the typing: the reference data stores nested lists, the judge refuses an array)."""
+    return f"{_HELPERS}masked_weights_hand = np.asarray({expr}).tolist()"
 
 
 MASKED_HAND = Exercise(
@@ -325,9 +329,10 @@ FIXED_CAUSAL = Exercise(
     name="fixed_causal_attention", cell="fixed_causal_attention", reference=FIXED_REF,
     handout="after_softmax",
     mistakes=[
-        Mistake("after_softmax", "the mask is applied AFTER the softmax: the future weights are set to 0 but the "
-                "remaining weights of each row no longer sum to 1 (each row was normalised over the future keys "
-                "too). Fill the blocked scores with -inf BEFORE the softmax.",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("after_softmax", "the future keys get weight 0, but the rows of weights no longer sum to 1: row i "
+                "sums to less than 1 whenever keys come after query i (only the last row is right), so the outputs "
+                "come out too small.",
                 patch(FIXED_REF, 'scores.masked_fill(future, float("-inf")).softmax(dim=-1)',
                       "scores.softmax(dim=-1).masked_fill(future, 0.0)")),
         Mistake("fill_zero", "the blocked scores are filled with 0 before the softmax: 0 is an ordinary score, so "

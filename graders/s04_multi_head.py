@@ -40,6 +40,10 @@ MHA_MISTAKES = [
     Mistake("scale_d_model",
             "the scores are divided by √d_model; each head's dot products have d_k terms, so divide by √d_k.",
             _mistake("math.sqrt(self.d_k)", "math.sqrt(D)")),
+    Mistake("softmax_axis",
+            "the softmax runs over the queries (dim=-2): each query's row of weights must sum to 1 over the keys, "
+            "the last axis of the (B, h, T, T) scores.",
+            _mistake("weights = torch.softmax(scores, dim=-1)", "weights = torch.softmax(scores, dim=-2)")),
     Mistake("no_out_proj",
             "the output projection W_O (self.out) is skipped: the concatenated heads must go through self.out.",
             _mistake("return self.out(ctx)", "return ctx")),
@@ -242,9 +246,10 @@ def _ctx(g, b=2, h=3, t=4, d_k=5):
 FIXED_MERGE = Exercise(
     name="fixed_merge_heads", cell="fixed_merge_heads", reference=MERGE_REF, handout="merge_no_transpose",
     mistakes=[
-        Mistake("merge_no_transpose", "the heads are merged by reshaping (B, h, T, d_k) straight to (B, T, h·d_k): "
-                "the shape is right, but each row now glues together features of several tokens of one head. "
-                "Transpose to (B, T, h, d_k) first, then reshape.",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("merge_no_transpose", "the shape is right, but row t of the result does not hold token t's "
+                "features: with 2 heads or more, row 0 holds head 0's features of tokens 0, 1, …, not every head's "
+                "features of token 0 (compare row 0 with ctx[:, :, 0] on a tiny input).",
                 patch(MERGE_REF, MERGE_LINE, "return ctx.reshape(B, T, h * d_k)".ljust(len(MERGE_LINE)))),
         Mistake("swapped_T_dk", "the transpose swaps T and d_k (axes 2 and 3); the head axis (1) and the token "
                 "axis (2) must swap, so that each token's heads end up side by side.",

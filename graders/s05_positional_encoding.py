@@ -97,6 +97,10 @@ ROPE = Exercise(
                 patch(ROPE_REF, "a, b = x[..., 0::2], x[..., 1::2]", "a, b = x[..., : d // 2], x[..., d // 2:]",
                       "torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)",
                       "torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)")),
+        Mistake("stacked_as_halves", "the rotated pairs are written back as two halves (every pair's first feature, "
+                "then every pair's second): stack the two rotated parts on a new LAST axis (dim=-1) before "
+                "flattening, so that features 2i and 2i+1 sit side by side again.",
+                _rope("a * sin + b * cos], dim=-1).flatten(-2)", "a * sin + b * cos], dim=-2).flatten(-2)")),
         Mistake("exponent_i", "the frequencies use the pair index i instead of 2i: θ_i = 10000^(-2i/d), so the "
                 "exponents are 0, -2/d, -4/d, ...",
                 _rope("torch.arange(0, d, 2, device=x.device, dtype=work) / d",
@@ -227,8 +231,10 @@ ROPE_HALF = Exercise(
     reference=HALF_REF,
     handout="freq_index",
     mistakes=[
-        Mistake("freq_index", "the frequencies use the pair index j instead of 2j: pair j turns by t · 10000^(−2j/d), "
-                "so the exponents are 0, 2/d, 4/d, ... (with j/d the later pairs turn too fast).",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("freq_index", "pair 0 (features 0 and d/2) turns by the right angle, but every later pair turns "
+                "faster than the docstring's t · 10000^(−2j/d), the more so the larger j (measure the angle each "
+                "pair turns by from position 0 to position 1).",
                 _half("10000 ** (2 * torch.arange(half, device=x.device, dtype=fp) / d)   # (d/2,)",
                       "10000 ** (torch.arange(half, device=x.device, dtype=fp) / d)       # (d/2,)")),
         Mistake("sin_cos_swapped", "sin and cos are swapped: a pair (a, b) turned by the angle φ becomes "

@@ -31,6 +31,9 @@ LN = Exercise(
         Mistake("wrong_dim", "the statistics are taken over the wrong axis: each token (the last dimension) is "
                 "normalised on its own, so use dim=-1.",
                 patch(LN_REF, "dim=-1", "dim=0")),
+        Mistake("tokens_dim", "the statistics are taken over the tokens (dim=-2): each token is normalised over its "
+                "own features, the last dimension, so that other tokens cannot change it.",
+                patch(LN_REF, "dim=-1", "dim=-2")),
         Mistake("no_center", "the mean is not subtracted from x in the output: return (x - mean) / sqrt(var + eps).",
                 patch(LN_REF, "return (x - mean) /", "return x /")),
         Mistake("fixed_eps", "the eps argument is ignored (a fixed 1e-5 is used): use the eps that is passed in.",
@@ -399,8 +402,10 @@ RMS = Exercise(
     reference=RMS_REF,
     handout="wrong_axis",
     mistakes=[
-        Mistake("wrong_axis", "the mean square is taken over the wrong axis (the tokens, dim=-2): each token is "
-                "normalised over its own features, the last axis (dim=-1), so that other tokens cannot change it.",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("wrong_axis", "a token's output depends on the other tokens of its sequence: change one token and "
+                "the outputs of the others change too, and a sequence of a single token comes out as about ±weight "
+                "in every feature. The contract normalises each token by its own features alone.",
                 patch(RMS_REF, "ms = x.pow(2).mean(dim=-1, keepdim=True)          # (..., 1): mean square",
                       "ms = x.pow(2).mean(dim=-2, keepdim=True)          # (..., 1, D): mean square")),
         Mistake("centred", "the mean is subtracted: that is LayerNorm. RMSNorm divides x itself by its root mean "

@@ -259,6 +259,8 @@ STS_ANY_PUNCT = patch(STS_REF, "all(c in string.punctuation for c in tok)",
 STS_FIRST_SEP = patch(STS_REF, '"[SEP]": [j for j, t in enumerate(tokens) if t == "[SEP]"],',
                                 '"[SEP]": [tokens.index("[SEP]")],')
 
+# the group's columns summed over the queries (the rows) instead of over the columns
+STS_SUM_QUERIES = patch(STS_REF, "to_group = attn[:, :, :, cols].sum(dim=-1)", "to_group = attn[:, :, :, cols].sum(dim=-2)")
 STS_SOFTMAX = patch(STS_REF, "    shares = {}\n", "    attn = attn.softmax(dim=-1)\n    shares = {}\n")
 
 STS_MASKS = '''
@@ -293,6 +295,9 @@ SPECIAL_TOKEN_SHARE = Exercise(
     mistakes=[
         Mistake("rows", "the share is read from the wrong axis: attention TO a token is its column "
                 "(attn[..., :, j], summed over the chosen key positions), not its row.", STS_ROWS),
+        Mistake("sum_over_queries", "the group's columns are summed over the queries (dim=-2) instead of over the "
+                "group's key positions: first add, for each query, its weights on the group's columns (the last "
+                "axis), then average over heads and queries.", STS_SUM_QUERIES),
         Mistake("mean_over_keys", "the weights to the group's key positions are averaged instead of summed: "
                 "a share is the total weight a query gives to all positions of the group.", STS_MEAN_KEYS),
         Mistake("any_punct", "a token counts as punctuation only when ALL its characters are punctuation "
@@ -371,9 +376,10 @@ RECEIVED = Exercise(
     reference=RA_REF,
     handout="wrong_axis",
     mistakes=[
-        Mistake("wrong_axis", "the average runs over the wrong axis: attention RECEIVED by key position j is its "
-                "column attn[l, h, :, j], so average over the query axis (dim=2, the rows) of the word queries, "
-                "not over the keys of each query's row.",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("wrong_axis", "entry [l, j] is the weight position j GIVES to the words (its own row, averaged), "
+                "not the weight it RECEIVES from them: on a tensor where every query puts all its weight on key 0, "
+                "key 0 should receive 1 and every other key 0.",
                 patch(RA_REF, "from_words = attn[:, :, words, :]                  # (L, H, n_words, T)",
                       "from_words = attn[:, :, :, words]                  # (L, H, T, n_words)",
                       "from_words.mean(dim=2)", "from_words.mean(dim=3)")),

@@ -210,6 +210,9 @@ SAMPLE = Exercise(
                 "constant changes nothing once they are renormalised; divide the LOGITS before the softmax.",
                 patch(patch(SAMPLE_REF, "scaled = logits / temperature", "scaled = logits"),
                          "probs = torch.softmax(scaled, dim=-1)", "probs = torch.softmax(scaled, dim=-1) / temperature")),
+        Mistake("softmax_batch", "the softmax runs over the batch (dim=0): each row of logits (B, V) is one "
+                "distribution over the vocabulary, so normalise over the last axis (dim=-1).",
+                patch(SAMPLE_REF, "probs = torch.softmax(scaled, dim=-1)", "probs = torch.softmax(scaled, dim=0)")),
         Mistake("top_k_ignored", "top_k is ignored: keep only the k largest logits of each row (the others get "
                 "-inf) before the softmax.",
                 patch(SAMPLE_REF, "    if top_k is not None:\n", "    if False:\n")),
@@ -344,6 +347,9 @@ CACHE = Exercise(
         Mistake("no_scale", "the scores are not divided by √d_k (q.shape[-1] is d_k): the cached path must compute "
                 "exactly what the full pass computes.",
                 patch(CACHE_REF, " / math.sqrt(q.shape[-1])", "")),
+        Mistake("softmax_axis", "the softmax runs over the new queries (dim=-2): each new token's weights over the "
+                "cached and new keys must sum to 1 (dim=-1).",
+                patch(CACHE_REF, 'float("-inf")), dim=-1)', 'float("-inf")), dim=-2)')),
         Mistake("new_first", "the new keys are put before the cached ones: the cache holds the earlier positions, "
                 "so concatenate (cache, new) along the time axis.",
                 patch(patch(CACHE_REF, "torch.cat([cache[0], k], dim=-2)", "torch.cat([k, cache[0]], dim=-2)"),
@@ -417,9 +423,10 @@ FIXED = Exercise(
     reference=FIXED_REF,
     handout="is_causal",
     mistakes=[
-        Mistake("is_causal", "is_causal=True aligns the causal mask to the TOP-LEFT corner when there are fewer "
-                "queries than keys: new token i then sees keys 0 … i instead of 0 … T_past + i (during decoding, "
-                "only the first token). Pass a bool attn_mask aligned bottom-right: ones(T_new, T_all).tril(T_past).",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("is_causal", "with tokens already in the cache, the new tokens see too few keys: during decoding "
+                "the one new token reads only key 0 (the prompt's first token) instead of all T_past + 1 keys, and "
+                "new token i of a chunk reads keys 0 … i. With an empty cache the output is right.",
                 FIXED_HANDOUT),
         Mistake("no_mask", "the mask is gone: one new token may indeed see every key, but when several arrive at "
                 "once (the prompt, a chunk) each sees the later ones. Keep a causal mask, shifted by T_past.",

@@ -154,6 +154,9 @@ ATTN = Exercise(
                 "then depends on the distance); the values are mixed as they are.",
                 _attn("q, k = apply_rope(q, offset), apply_rope(k, offset)",
                       "q, k, v = apply_rope(q, offset), apply_rope(k, offset), apply_rope(v, offset)")),
+        Mistake("softmax_axis", "the softmax runs over the queries (dim=-2): each row's weights over the cached and "
+                "new keys must sum to 1, the last axis of the (B, h, T, P + T) scores.",
+                _attn('float("-inf")), dim=-1)', 'float("-inf")), dim=-2)')),
         Mistake("not_causal", "no causal mask: each row also attends to the keys after it (the future characters "
                 "it has to predict); mask the scores so that row i sees keys up to P + i only.",
                 _attn("scores.masked_fill(~seen, float(\"-inf\"))", "scores")),
@@ -564,16 +567,19 @@ EVAL = Exercise(
     reference=EVAL_REF,
     handout="train_mode",
     mistakes=[
-        Mistake("train_mode", "the loss is measured in training mode: dropout still drops activations, so the "
-                "number is random and too high; call model.eval() before measuring (and restore the mode after).",
-                patch(EVAL_REF, "    model.eval()\n", "")),
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("train_mode", "two calls on the same batches give different losses, both above the loss the model "
+                "really has: dropout still drops activations while the loss is measured (torch.no_grad() stops the "
+                "gradients; it does not change what the layers do).",
+                patch(EVAL_REF, "    was_training = model.training\n    model.eval()\n", "",
+                      "    model.train(was_training)\n", "")),
         Mistake("mean_of_means", "the batches' mean losses are averaged as if every batch had as many targets: "
                 "sum the loss over all targets and divide by their number.",
                 patch(EVAL_REF, 'F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum").item()',
                       "F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()",
                       "n += y.numel()", "n += 1")),
-        Mistake("left_in_eval", "the model is left in eval mode: it came in training mode and must leave in it "
-                "(model.train(was_training)), or the training that follows runs without dropout.",
+        Mistake("left_in_eval", "the model is left in eval mode: it came in training mode and must leave in the mode "
+                "it came in, or the training that follows runs without dropout.",
                 patch(EVAL_REF, "    model.train(was_training)\n", "")),
         Mistake("inputs_as_targets", "the loss compares the predictions with the inputs x: the targets are y, the "
                 "inputs shifted by one.", patch(EVAL_REF, "y.flatten(), reduction", "x.flatten(), reduction")),
@@ -631,15 +637,19 @@ EVAL.cases = [
 
 # ---------------------------------------------------------------- top_p_filter
 TOPP_REF = CELLS["top_p_filter"]
+_KEEP_FIRST = "    drop[..., 0] = False                                    # the most likely token stays, even for p = 0\n"
 
 TOPP = Exercise(
     name="top_p_filter",
     cell="top_p_filter",
     reference=TOPP_REF,
     mistakes=[
+        Mistake("none_at_p0", "with p = 0 every token is set to -inf: the most likely token is always kept, whatever "
+                "p is (the probability before it, 0, has already reached p = 0, so keep the first token explicitly).",
+                patch(TOPP_REF, _KEEP_FIRST, "")),
         Mistake("drops_crossing", "the token at which the total reaches p is dropped: it belongs to the nucleus "
                 "(keep a token while the probability BEFORE it is below p), so the most likely token always stays.",
-                patch(TOPP_REF, "before >= p)", "probs.cumsum(dim=-1) >= p)")),
+                patch(TOPP_REF, "drop = before >= p ", "drop = probs.cumsum(dim=-1) >= p", _KEEP_FIRST, "")),
         Mistake("unsorted", "the probabilities are summed in vocabulary order: sort them from most to least "
                 "likely first, then put the mask back in vocabulary order.",
                 patch(TOPP_REF, "torch.sort(torch.softmax(logits, dim=-1), dim=-1, descending=True)",
@@ -647,8 +657,7 @@ TOPP = Exercise(
                       ".expand(logits.shape)")),
         Mistake("mask_in_sorted_order", "the mask is computed in sorted order but applied in vocabulary order: "
                 "scatter it back through the sort's indices.",
-                patch(TOPP_REF, "torch.zeros_like(before, dtype=torch.bool).scatter(-1, order, before >= p)",
-                      "before >= p")),
+                patch(TOPP_REF, "torch.zeros_like(drop).scatter(-1, order, drop)", "drop")),
         Mistake("fill_zero", "the removed logits are set to 0, which still has probability e^0 after the softmax: "
                 "set them to -inf.", patch(TOPP_REF, 'float("-inf")', "0.0")),
     ],
@@ -657,6 +666,7 @@ TOPP = Exercise(
 def top_p_filter(logits, p):
     probs, order = torch.softmax(logits, dim=-1).sort(dim=-1)
     tail = probs.cumsum(dim=-1) <= 1 - p
+    tail[..., -1] = False                                      # the most likely token (last here) always stays
     drop = tail.scatter(-1, order, tail)
     return logits.masked_fill(drop, -torch.inf)
 '''),
@@ -665,7 +675,7 @@ def top_p_filter(logits, p):
     probs = logits.softmax(-1)
     s, _ = probs.sort(-1, descending=True)
     ahead = torch.cat([torch.zeros_like(s[..., :1]), s.cumsum(-1)[..., :-1]], dim=-1)
-    n_keep = (ahead < p).sum(-1, keepdim=True)
+    n_keep = (ahead < p).sum(-1, keepdim=True).clamp(min=1)
     cutoff = s.gather(-1, n_keep - 1)
     return torch.where(probs >= cutoff, logits, torch.full_like(logits, float("-inf")))
 '''),
@@ -682,6 +692,7 @@ TOPP.cases = [
     Case("p_0.9", "8 rows of 20 logits, p=0.9", args=_topp(), kwargs={"p": 0.9}),
     Case("p_0.5", "8 rows of 20 logits, p=0.5", args=_topp(), kwargs={"p": 0.5}, seed=1),
     Case("tiny_p", "p=0.01: only the most likely token", args=_topp(), kwargs={"p": 0.01}, seed=2),
+    Case("p_0", "p=0: the most likely token still kept", args=_topp(), kwargs={"p": 0.0}, seed=6),
     Case("peaked", "sharp logits (scale 5), p=0.8", args=_topp(scale=5.0), kwargs={"p": 0.8}, seed=3),
     Case("float64", "float64, p=0.7", args=_topp(), kwargs={"p": 0.7}, dtype="float64", seed=4),
     Case("best_device", "on the best device (CUDA when present), p=0.9", args=_topp(), kwargs={"p": 0.9},

@@ -504,9 +504,10 @@ COMBINE = Exercise(
     reference=COMBINE_REF,
     handout="max_not_lse",
     mistakes=[
-        Mistake("max_not_lse", "the combined log-sum-exp is the larger of the two: log(e^lse_a + e^lse_b) is the "
-                "log of the *total* mass (torch.logaddexp), larger than either; with the maximum the two weights "
-                "no longer sum to 1.",
+        # The handout's own bug: its message says what the student can observe, not the line that fixes it.
+        Mistake("max_not_lse", "the weights w_a and w_b add up to more than 1 (the part with the larger "
+                "log-sum-exp always gets weight exactly 1), so the merged output is not an average of o_a and o_b, "
+                "and the returned lse is smaller than the log-sum-exp over both key sets.",
                 _comb("lse = torch.logaddexp(lse_a, lse_b)", "lse = torch.maximum(lse_a, lse_b)")),
         Mistake("weights_swapped", "the weights are swapped: o_a is weighted by A's share exp(lse_a − lse), o_b by "
                 "B's.", _comb("return o_a * w_a + o_b * w_b, lse", "return o_a * w_b + o_b * w_a, lse")),

@@ -1,6 +1,6 @@
 """``./course grade``: autograde every submission of the named sections and print a per-student report.
 
-    ./course grade 02_qkv_by_hand [04 ...|all] [--workers N] [--scheduler tcp://HOST:8786] [--force]
+    ./course grade 02_qkv_by_hand [04 ...|all] [--workers N] [--scheduler tls://HOST:8786] [--force]
                    [--feedback] [--timeout 60] [--json report.json] [--root DIR] [--serial] [--unsandboxed]
 
 By default the class is graded in parallel on Dask (:mod:`instructor.cluster`: one task per new or
@@ -38,7 +38,14 @@ def main(argv=None, prog: str = "./course grade"):
     ap.add_argument("--json", help="also write the report as JSON here (one section: its report; several: by section)")
     ap.add_argument("--workers", type=int, default=None, help="local Dask worker processes (default: one per core)")
     ap.add_argument("--scheduler", default=None,
-                    help="use a running Dask cluster, e.g. tcp://HOST:8786 (default: $ATTNCOURSE_DASK_SCHEDULER)")
+                    help="use a running Dask cluster that speaks TLS, e.g. tls://HOST:8786 (default: "
+                         "$ATTNCOURSE_DASK_SCHEDULER; docs/GRADING.md, \"A cluster of your own\")")
+    ap.add_argument("--tls-ca-file", help="with --scheduler: the cluster's CA certificate (else Dask's TLS settings)")
+    ap.add_argument("--tls-cert", help="with --scheduler: this client's certificate (PEM; may hold the key too)")
+    ap.add_argument("--tls-key", help="with --scheduler: this client's private key (PEM)")
+    ap.add_argument("--insecure-scheduler", action="store_true",
+                    help="grade on a --scheduler tcp:// cluster without TLS (anyone who reaches it runs code as its "
+                         "workers' account)")
     ap.add_argument("--force", action="store_true", help="regrade every submission, changed or not")
     ap.add_argument("--regrade", action="store_true",
                     help="regrade the named sections for everyone (same as --force; changed tests are also "
@@ -54,6 +61,13 @@ def main(argv=None, prog: str = "./course grade"):
     root = Path(args.root).resolve()
     if args.unsandboxed:
         os.environ["ATTNCOURSE_SANDBOX"] = "0"
+    security = None
+    if args.tls_ca_file or args.tls_cert:
+        if not (args.tls_ca_file and args.tls_cert):
+            ap.error("--tls-ca-file and --tls-cert go together")
+        from .cluster import tls_security
+
+        security = tls_security(args.tls_ca_file, args.tls_cert, args.tls_key)
     try:
         sections = resolve_sections(args.sections, root)
         if args.serial:
@@ -64,7 +78,7 @@ def main(argv=None, prog: str = "./course grade"):
             reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,
                                   force=args.force or args.regrade, timeout=args.timeout,
                                   task_timeout=args.task_timeout or DEFAULT_TASK_TIMEOUT, students=args.student,
-                                  feedback=args.feedback)
+                                  feedback=args.feedback, security=security, insecure=args.insecure_scheduler)
             for sec in sections:
                 print(format_report(reports[sec], color=sys.stdout.isatty()))
                 now = len(reports[sec].get("graded_now", []))

@@ -117,12 +117,15 @@ def _merge_into(root, db_url, course_id, result, late_plugin):
 
     section, student = result["section"], result["student"]
     entry = result.get("gradebook")
+    # what an earlier grading left is gone whatever this one gives: its autograded notebook and feedback would show
+    # the earlier verdicts beside this grading's scores (or beside none)
+    dest = Path(root) / "autograded" / student / section
+    remove(dest)
+    remove(Path(root) / "feedback" / student / section)
     if entry is None and not result.get("files"):
         # nothing came back (a dead worker, a task that failed): no score of an earlier grading survives it
         _clear(db_url, course_id, section, student)
         return
-    dest = Path(root) / "autograded" / student / section
-    remove(dest)
     if result.get("files"):
         write_tree(dest, result["files"])
     if result.get("feedback"):

@@ -17,6 +17,31 @@ from .gradebook import gradebook_scores
 from .prescan import prescan
 
 
+NOT_GRADED = "not graded"
+# what a log says when the machine, not the notebook, ran out of something (processes or threads, memory, disk,
+# descriptors) or a kernel could not be started at all
+MACHINE_SIGNS = ("resource temporarily unavailable", "cannot allocate memory", "can't start new thread",
+                 "no space left on device", "too many open files", "blockingioerror", "kernel did not start",
+                 "kernel didn't respond", "the fork server did not start")
+
+
+def not_graded(why: str) -> str:
+    """The reason of a submission that was not graded (no score stands for it; the next run grades it again)."""
+    return f"{NOT_GRADED}: {why}"
+
+
+def machine_trouble(log: str) -> str | None:
+    """The line of ``log`` saying the machine ran out of something or a kernel could not start, or None."""
+    low = (log or "").lower()
+    for sign in MACHINE_SIGNS:
+        i = low.find(sign)
+        if i >= 0:
+            start = low.rfind("\n", 0, i) + 1
+            end = low.find("\n", i)
+            return first_line(log[start:end if end >= 0 else None].split("]", 1)[-1].strip(), 200)
+    return None
+
+
 def classify_log(log: str) -> str:
     """A reason for an nbgrader failure, from its log."""
     low = log.lower()
@@ -28,6 +53,9 @@ def classify_log(log: str) -> str:
         return "notebook missing"
     if "timeout" in low and "kernel" in low and "start" in low:
         return "kernel did not start in time"
+    trouble = machine_trouble(log)
+    if trouble:
+        return f"the machine ran out: {trouble}"
     errors = [ln for ln in log.splitlines() if "ERROR]" in ln and "There was an error" not in ln
               and "Please see" not in ln]
     return "autograde failed: " + first_line(errors[-1].split("]", 1)[-1] if errors else log[-200:])
@@ -47,7 +75,7 @@ def student_entry(root: Path, section: str, student: str, release, scores: dict,
     done; ``why_missing()``: why nbgrader left no autograded notebook; ``faults``: the grading run's own."""
     import nbformat
 
-    entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": []}
+    entry = {"score": 0.0, "max_score": None, "failures": [], "reasons": [], "not_graded": None}
     try:
         info = info if info is not None else prescan(root, section, student, release)
         nb_path = root / "autograded" / student / section / f"{section}.ipynb"
@@ -71,6 +99,10 @@ def student_entry(root: Path, section: str, student: str, release, scores: dict,
     if entry["max_score"] is None:
         entry["max_score"] = max_score if max_score is not None else release_points(release)
     entry["reasons"] = list(dict.fromkeys(entry["reasons"]))
+    entry["not_graded"] = next((r for r in entry["reasons"] if r.startswith(NOT_GRADED)), None)
+    if entry["not_graded"]:   # no score stands for it, not even a 0: out of the class's distribution too
+        entry["score"], entry["failures"] = 0.0, []
+        entry.pop("cells", None)
     return entry
 
 
@@ -104,7 +136,10 @@ def format_report(report: dict, color: bool = False) -> str:
         sandbox = f"\x1b[1;31m{sandbox}\x1b[0m"   # grading without the sandbox: in red
     lines = [f"{inert(report['section'])}: {len(report['students'])} submissions; {took}", sandbox, ""]
     for s, e in report["students"].items():   # every piece a student could shape is made inert
-        lines.append(f"{inert(s):<24} {e['score']:g} / {e['max_score']:g}")
+        if e.get("not_graded"):
+            lines.append(f"{inert(s):<24} {NOT_GRADED} (of {e['max_score']:g})")
+        else:
+            lines.append(f"{inert(s):<24} {e['score']:g} / {e['max_score']:g}")
         for gid, text in e["failures"]:
             lines.append(f"    ✗ {inert(gid)}: {inert(text)}")
         for r in e["reasons"]:
@@ -134,6 +169,48 @@ def why_not_graded(result: dict) -> str | None:
     """Why nbgrader could not grade the notebook, from its log (None when it did)."""
     if result.get("files") and result.get("success"):
         return None
-    if any("worker died" in f for f in result.get("faults", [])):
+    if any("worker died" in f or f.startswith(NOT_GRADED) for f in result.get("faults", [])):
         return None
     return classify_log(result.get("log") or "")
+
+
+# -- a notebook the machine, not the student, kept from being graded -----------------------------------------------
+RUNAWAY = "grading took longer than"   # the watchdog's fault (instructor.task): the notebook's own doing
+
+
+def retry_alone(result: dict) -> bool:
+    """Whether a Dask task's result is a notebook nothing could be graded of for a reason the machine (or a
+    notebook graded beside it) could cause: its worker died, the grader failed, its kernel died or did not start,
+    the log says the machine ran out of something.  Such a notebook is graded again, alone on the cluster, once
+    the others are done.  A notebook that was graded, or that ran past the watchdog, is not."""
+    if result.get("files") and result.get("success"):
+        return False
+    faults = result.get("faults", [])
+    if any(RUNAWAY in f or f.startswith("not graded on worker") for f in faults):
+        return False
+    if any("worker died" in f or f.startswith("grading failed") for f in faults):
+        return True
+    log = result.get("log") or ""
+    return "kernel died" in classify_log(log) or machine_trouble(log) is not None \
+        or "did not start" in classify_log(log)
+
+
+def alone_verdict(result: dict) -> str | None:
+    """After a notebook was graded again alone and still nothing came of it: the "not graded" reason when the
+    cause is still the machine's (a dead worker, a failing grader, a kernel that could not start, a machine out of
+    something), else None: its kernel died with nothing else running, its own doing, and it scores 0 with that
+    reason as any notebook whose kernel dies."""
+    faults = result.get("faults", [])
+    if any("worker died" in f for f in faults):
+        return not_graded("the worker grading it died twice, the second time grading it alone (the machine ran out "
+                          "of memory or processes, or this notebook is what kills it)")
+    failed = next((f for f in faults if f.startswith("grading failed")), None)
+    if failed:
+        return not_graded(f"the grader failed twice ({failed})")
+    log = result.get("log") or ""
+    trouble = machine_trouble(log)
+    if trouble:
+        return not_graded(f"the machine ran out, twice: {trouble}")
+    if "did not start" in classify_log(log):
+        return not_graded("its kernel did not start, twice")
+    return None

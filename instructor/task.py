@@ -18,11 +18,12 @@ from judge.files import read_tree
 from judge.sandbox import sandbox_status
 from judge.scratch import keep_engines, memory_folder, new_gradebook, tree_hash, write_course
 
+from .capture import CappedSink
 from .config import load_config
 from .gradebook import gradebook_entry
 
 DEFAULT_TASK_TIMEOUT = 900
-DIE_ENV = "ATTNCOURSE_CLASSGRADE_DIE_FOR"   # test hook: the worker grading this student dies (os._exit)
+DIE_ENV = "ATTNCOURSE_CLASSGRADE_DIE_FOR"   # test hook: the worker grading these students dies (os._exit)
 _TEMPLATES: dict = {}
 _TASK_FOLDER: list = []   # this process's scratch course folder (task_folder)
 
@@ -112,14 +113,16 @@ def template(kit: dict) -> dict:
 
 @contextlib.contextmanager
 def kernel_output_to(path: Path):
-    """Kernels inherit the worker's stdout/stderr: send their banners to a file while grading."""
+    """Kernels inherit the worker's stdout/stderr: while grading, both go to a capped file (the first and last MiB:
+    :class:`instructor.capture.CappedSink`), never the worker's memory, its terminal or an unbounded file."""
     saved = []
+    sink = None
     try:
-        fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        sink = CappedSink(path)
         for n in (1, 2):
             saved.append((n, os.dup(n)))
-            os.dup2(fd, n)
-        os.close(fd)
+            os.dup2(sink.fd, n)
+        sink.close_writer()
     except OSError:
         pass
     try:
@@ -128,16 +131,25 @@ def kernel_output_to(path: Path):
         for n, old in saved:
             os.dup2(old, n)
             os.close(old)
+        if sink is not None:
+            sink.close(wait=1.0)   # (a fork server started during this task keeps a copy: not waited for)
 
 
 def kernel_processes() -> list:
-    """This worker's kernels (and their launchers): what the watchdog stops."""
+    """This worker's kernels, by their launchers: what the watchdog stops.  A kernel from the fork server (the
+    default) is forked by the server, and this worker's own child for it is the client ``judge/zygote.py``, which
+    takes its kernel with it when stopped; a kernel from the classic launcher runs ``judge/sandbox.py`` (bubblewrap
+    after it), or ipykernel itself where kernels are not sandboxed.  The fork server (``-m
+    attncourse.kernel.forkserver``) is left alone: it serves the next notebook."""
     import psutil
 
+    from judge import sandbox, zygote
+
+    launchers = {os.path.abspath(zygote.__file__), os.path.abspath(sandbox.__file__)}
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if any("ipykernel" in part or "sandbox.py" in part for part in p.cmdline()):
+            if any(part in launchers or "ipykernel" in part for part in p.cmdline()):
                 out.append(p)
         except psutil.Error:
             pass
@@ -150,6 +162,24 @@ def kill_kernels(flag: dict):
     for p in kernel_processes():
         with contextlib.suppress(Exception):
             p.kill()
+
+
+def dies_here(env: dict, student: str) -> bool:
+    """The test hook :data:`DIE_ENV`: comma-separated students whose worker dies while grading them, each time
+    (``name``), or only the first time (``name@FILE``: while FILE does not exist yet; it is made then), as a
+    worker the machine's OOM killer ended while it graded beside another notebook."""
+    for entry in (env.get(DIE_ENV) or "").split(","):
+        name, _, flag = entry.partition("@")
+        if name != student:
+            continue
+        if not flag:
+            return True
+        try:
+            os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return True
+        except FileExistsError:
+            return False
+    return False
 
 
 def apply_settings(settings: TaskSettings):
@@ -191,7 +221,7 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
     t0 = time.time()
     section = kit["section"]
     timeout, task_timeout, feedback = settings.timeout, settings.task_timeout, settings.feedback
-    if (settings.env or {}).get(DIE_ENV) == student:
+    if dies_here(settings.env or {}, student):
         os._exit(70)  # test hook: a worker that dies while grading
     apply_settings(settings)
     out = {"section": section, "student": student, "hash": tree_hash(files), "kit": kit["hash"],

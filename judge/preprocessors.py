@@ -34,7 +34,8 @@ code can raise a ``CellTimeoutError`` of its own).
 
 Finally every output and every markdown cell is made safe to show an instructor
 (:mod:`judge.sanitize`): formgrader, the feedback HTML and the class report
-render the autograded notebook.
+render the autograded notebook.  A markdown cell whose rendering the sanitizer would change is replaced by
+that sanitized rendering (raw HTML that any markdown renderer passes through as it is).
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ import time
 import traceback
 
 from nbformat.notebooknode import NotebookNode
+from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreprocessor
 from traitlets import Enum, Integer, Unicode
 
@@ -57,7 +59,7 @@ from .kernels import SandboxedKernelManager
 from .output_caps import RESOURCES_KEY, OutputCaps
 from .verdict import judge_record
 from attncourse.protocol.records import MIME
-from .sanitize import safe_attachments, safe_markdown, safe_outputs
+from .sanitize import safe_notebook
 
 TAMPERING = "TamperingSuspected"
 SCRATCH_PREFIX = "attncourse-run-"
@@ -258,15 +260,7 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
                 else:   # records in a cell that asked for none earn nothing there
                     cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
                     cell.metadata[KEY] = verdict(cell.outputs, [], [], [], i in timed_out)
-                cell.outputs = safe_outputs(cell.outputs, scored=bool(meta.get("grade")))
-            elif cell.cell_type == "markdown":
-                cell.source = safe_markdown(cell.source)
-                if "attachments" in cell:
-                    cell.attachments = safe_attachments(cell.attachments)
-            elif cell.cell_type == "raw":
-                cell.metadata.pop("format", None)
-                cell.metadata.pop("raw_mimetype", None)
-        nb.metadata.pop("widgets", None)   # widget state comes from the kernel: formgrader would run its JS
+        safe_notebook(nb)   # outputs, markdown, raw cells and widget state, safe to show an instructor
         return nb, resources
 
 
@@ -426,6 +420,17 @@ def _metadata_validator():
 
 
 _SCHEMA_CHECKERS: dict = {}
+
+
+class SafeToShow(Preprocessor):
+    """The renderer's own layer (nbgrader_config.py: ``HTMLExporter.preprocessors``, so formgrader and
+    ``generate_feedback``): whatever notebook it is given, its outputs, attachments, raw cells and widget state
+    are made safe (:func:`judge.sanitize.safe_notebook`) before nbconvert's template reads them (the classic
+    template writes an image output's width and height unquoted, and runs JavaScript and widget outputs).
+    Markdown is left to the ``markdown2html`` filter, which sanitizes it after rendering."""
+
+    def preprocess(self, nb, resources):
+        return safe_notebook(nb, markdown=False), resources
 
 
 class CheckCellMetadataOnce(CheckCellMetadata):

@@ -37,6 +37,7 @@ import threading
 
 FORKSERVER_ENV = "ATTNCOURSE_FORKSERVER"
 MAX_FILES = 16   # as attncourse.kernel.forkserver.MAX_FILES
+START_TIMEOUT = 300   # seconds a fork server may take to import torch and ipykernel
 
 
 def _request_fds(work: str) -> tuple[list[str], list[int]]:
@@ -204,6 +205,7 @@ def _spawner():
 
 def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
     import subprocess
+    import tempfile
     import time
 
     from attncourse.kernel import forkserver
@@ -225,9 +227,10 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
         cmd = [sys.executable, "-Xfrozen_modules=off", "-m", "attncourse.kernel.forkserver",
                str(listener.fileno()), str(fd)]
         args = sandbox.bwrap_command(cmd, env=env, tmp_mb=tmp_mb, zygote_dirs=forkserver.DIRS)
+        err = tempfile.TemporaryFile()   # what the server says (a file: a pipe no one reads could stop it)
         try:
             proc = _spawner().submit(lambda: subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
                 pass_fds=(listener.fileno(), fd, *args.fds), env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)},
                 cwd="/")).result()
         finally:
@@ -239,15 +242,32 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
         if not started:
             sandbox.remove_tree(root)
     zyg = Zygote(root, sock_path, proc, key)
-    deadline = time.monotonic() + 300
-    line = proc.stdout.readline()   # "ready" once it has imported torch and ipykernel
-    if line.strip() != b"ready" or time.monotonic() > deadline:
+    line = first_line(proc.stdout, time.monotonic() + START_TIMEOUT)   # "ready" once it has imported torch, ipykernel
+    if line.strip() != b"ready":
         zyg.stop()
-        err = proc.stderr.read().decode(errors="replace")
-        raise RuntimeError(sandbox.why_line(proc.returncode if proc.returncode is not None else 1,
-                                            err.encode()).replace("grading kernel", "fork server"))
-    proc.stderr.close()   # (a server that says anything later is heard by no one: it must not block on a pipe)
+        err.seek(max(0, err.seek(0, 2) - 4096))
+        raise RuntimeError(sandbox.why_line(proc.returncode if proc.returncode is not None else 1, err.read())
+                           .replace("grading kernel", "fork server"))
+    err.close()
     return zyg
+
+
+def first_line(stream, deadline: float) -> bytes:
+    """The first line ``stream`` (a pipe) gives before ``deadline`` (time.monotonic()); b"" when none came by then: the
+    deadline holds while it waits (a blocking readline would wait for ever on a server that hangs)."""
+    import select
+    import time
+
+    fd, data = stream.fileno(), b""
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return b""
+        chunk = os.read(fd, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0] + (b"\n" if b"\n" in data else b"")
 
 
 def _check(zyg: Zygote, env: dict, tmp_mb: int, mem_mb: int, tasks: int) -> str:

@@ -25,9 +25,13 @@ QUICK_SECTION = "02_qkv_by_hand"
 def params(names, quick_one=False):
     """One pytest param per section, grouped so that pytest-xdist keeps a section on one worker.
 
-    ``quick_one``: every section but :data:`QUICK_SECTION` is marked ``slow`` (left out of ./course test --quick)."""
+    ``quick_one``: every section but :data:`QUICK_SECTION` is marked ``slow`` (left out of ./course test --quick).
+    A section that needs a package missing here (:func:`attncourse.course.missing_requirement`) skips, saying why."""
+    from attncourse.course import missing_requirement
+
     return [pytest.param(s, id=s, marks=[pytest.mark.xdist_group(s)]
-                         + ([pytest.mark.slow] if quick_one and s != QUICK_SECTION else [])) for s in names]
+                         + ([pytest.mark.slow] if quick_one and s != QUICK_SECTION else [])
+                         + ([pytest.mark.skip(reason=why)] if (why := missing_requirement(s)) else [])) for s in names]
 
 
 def checks_of(nb, exercise: str) -> list[str]:

@@ -9,6 +9,7 @@ the incremental re-run grade again (a few notebooks each).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,10 +95,15 @@ def runs(tmp_path_factory, client):
     par.generate(SECTION)
     _set_duedate(par)
     _class(par)
+    # the machine's trouble, as the Dask engine sees it: a worker that dies whenever it grades one notebook (as
+    # one that takes the machine's memory), and one that died once while grading an honest notebook beside it
     par.submit("worker_dies", SECTION, slim(par.source_nb(SECTION)))
+    par.submit("flaky", SECTION, slim(par.source_nb(SECTION)))
     par.submitted_before = tree_hashes(par.root / "submitted")
+    die = f"worker_dies,flaky@{tmp / 'flaky-worker-died'}"
     reports = grade_class(par.root, [SECTION], client=client, feedback=True, log=lambda *a: None,
-                          extra_env={"ATTNCOURSE_CLASSGRADE_DIE_FOR": "worker_dies"})
+                          extra_env={"ATTNCOURSE_CLASSGRADE_DIE_FOR": die})
+    assert (tmp / "flaky-worker-died").exists()   # (its worker did die once)
     return serial, par, reports[SECTION]
 
 
@@ -107,6 +113,8 @@ def test_dask_gradebook_matches_plain_nbgrader_autograde(runs):
     a = _snapshot(f"sqlite:///{serial.root / 'gradebook.db'}")
     b = _snapshot(f"sqlite:///{par.root / 'gradebook.db'}")
     b.pop("worker_dies", None)
+    flaky = b.pop("flaky")   # graded again alone after its worker died: as the same notebook graded at once
+    assert flaky["notebooks"] == b["good"]["notebooks"] and flaky["score"] == b["good"]["score"] > 0
     assert set(a) == {"good", "wrong", "dies", "late", "notjson", "hook", "blank", "links"}, set(a)
     assert a == b
     assert a["good"]["score"] == report["students"]["good"]["max_score"] > 0
@@ -261,11 +269,20 @@ def test_report_names_faults_and_mistakes(runs):
     assert any("Most likely cause" in t for _, t in st["wrong"]["failures"])
     assert any("kernel died" in r for r in st["dies"]["reasons"]), st["dies"]
     assert any("not valid JSON" in r for r in st["notjson"]["reasons"]), st["notjson"]
-    assert st["worker_dies"]["reasons"] == ["grading failed: worker died"], st["worker_dies"]
+    # a worker that dies whenever it grades one notebook: graded again alone, then "not graded", never a 0
+    died = st["worker_dies"]
+    assert died["not_graded"] and died["reasons"] == [died["not_graded"]], died
+    assert died["not_graded"].startswith("not graded: the worker grading it died twice"), died
+    assert "cells" not in died and not died["failures"], died
+    # an honest notebook whose worker died once (beside another): graded alone afterwards, full marks
+    assert st["flaky"]["score"] == st["flaky"]["max_score"] == st["good"]["score"], st["flaky"]
+    assert not st["flaky"]["reasons"] and not st["flaky"]["not_graded"], st["flaky"]
     assert report["engine"] == "dask"
     from instructor.outcome import format_report
 
-    assert "grading failed: worker died" in format_report(report)
+    text = format_report(report)
+    assert re.search(r"^worker_dies\s+not graded \(of \d+\)$", text, re.M), text
+    assert re.search(rf"^flaky\s+{st['good']['score']:g} / ", text, re.M), text
 
 
 @pytest.mark.slow
@@ -299,7 +316,7 @@ def test_class_report(runs):
     assert "not divided by" in top["most_likely_cause"] and top["student_ids"].split() == ["late", "links", "wrong"], mistakes
     with (out / "faults.csv").open() as f:
         faults = {(r["student"], r["fault"].split(" (")[0]) for r in csv.DictReader(f)}
-    assert ("worker_dies", "grading failed: worker died") in faults
+    assert ("worker_dies", "not graded: the worker grading it died twice, the second time grading it alone") in faults
     assert ("notjson", "notebook is not valid JSON") in faults
     assert any(s == "dies" and f.startswith("kernel died") for s, f in faults), faults
     with (out / "cells.csv").open() as f:
@@ -518,12 +535,15 @@ def test_kit_survives_the_death_of_every_worker_holding_it():
                 client.submit(size, scattered, pure=False).result(timeout=60)
 
 
-@pytest.mark.slow   # an instructor's whole grading run, twice: the full tier
 # -- a stale score, the canary ------------------------------------------------------------------
-@pytest.mark.parametrize("engine", ["serial", "dask"])
-def test_ungradable_resubmission_keeps_no_old_score(engine, request, tmp_path):
-    """After full marks, a resubmission nbgrader cannot grade (not JSON) is recorded as 0 with its reason, on
-    both paths (serial kept the old score); the paired student's gradable resubmission gets its honest score."""
+@pytest.mark.slow   # an instructor's whole grading run, twice: the full tier
+@pytest.mark.parametrize("engine", ["serial", "dask", "dask-worker-dies"])
+def test_a_failed_regrade_keeps_no_old_score_or_notebook(engine, request, tmp_path):
+    """After full marks (and feedback written), a regrade that fails: a resubmission nbgrader cannot grade (not
+    JSON), or, on Dask, a worker that dies each time it grades the resubmission (nothing comes back: "not graded").
+    No score of the first grading stands, and neither its autograded notebook nor its feedback is left beside the
+    cleared score (they showed the old verdicts, ✓ beside a 0).  The paired student's gradable resubmission gets
+    its honest score and a notebook of this grading."""
     from instructor.cluster import grade_class
     from instructor.serial import grade
     from tests.corpus._base import WRONG
@@ -534,22 +554,39 @@ def test_ungradable_resubmission_keeps_no_old_score(engine, request, tmp_path):
     for s in ("broken", "honest"):
         course.submit(s, SECTION, src)
 
-    def run():
+    def run(extra_env=None):
         if engine == "serial":
             return grade(SECTION, course.root, log=lambda *a: None)
         return grade_class(course.root, [SECTION], client=request.getfixturevalue("client"), canary=False,
-                           log=lambda *a: None)[SECTION]
+                           log=lambda *a: None, extra_env=extra_env)[SECTION]
 
     first = run()["students"]
     full = first["broken"]["max_score"]
     assert first["broken"]["score"] == first["honest"]["score"] == full > 0, first
-    course.submit("broken", SECTION, "{ not json")
+    stale = {}
+    for s in ("broken", "honest"):   # what formgrader and the feedback showed after the first grading
+        nb = course.root / "autograded" / s / SECTION / f"{SECTION}.ipynb"
+        feedback = course.root / "feedback" / s / SECTION / f"{SECTION}.html"
+        feedback.parent.mkdir(parents=True, exist_ok=True)
+        feedback.write_text("the first grading's feedback: every check ✓")
+        stale[s] = nb.read_bytes()
     course.submit("honest", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
-    second = run()["students"]
+    if engine == "dask-worker-dies":
+        course.submit("broken", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+        second = run({"ATTNCOURSE_CLASSGRADE_DIE_FOR": "broken"})["students"]
+        assert second["broken"]["not_graded"], second["broken"]
+    else:
+        course.submit("broken", SECTION, "{ not json")
+        second = run()["students"]
+        assert any("not valid JSON" in r for r in second["broken"]["reasons"]), second["broken"]
     db = _snapshot(f"sqlite:///{course.root / 'gradebook.db'}")
     assert db["broken"]["score"] == second["broken"]["score"] == 0, (db["broken"], second["broken"])
-    assert any("not valid JSON" in r for r in second["broken"]["reasons"]), second["broken"]
+    assert not (course.root / "autograded" / "broken" / SECTION).exists()   # no notebook of the first grading
+    assert not (course.root / "feedback" / "broken" / SECTION).exists()     # nor its feedback
     assert 0 < db["honest"]["score"] == second["honest"]["score"] < full, (db["honest"], second["honest"])
+    honest_nb = course.root / "autograded" / "honest" / SECTION / f"{SECTION}.ipynb"
+    assert honest_nb.is_file() and honest_nb.read_bytes() != stale["honest"]   # this grading's notebook
+    assert not (course.root / "feedback" / "honest" / SECTION).exists()       # the first grading's feedback: gone
 
 
 def _grade_cli(course: Course, *args, pythonpath: Path | None = None):

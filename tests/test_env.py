@@ -7,12 +7,14 @@ from tests.harness import ROOT
 
 
 def _pins(lines):
+    """name -> version, and ``version; marker`` for a pin with an environment marker (triton: Linux only)."""
     out = {}
     for line in lines:
         line = line.split("#", 1)[0].strip().lstrip("- ").strip()
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s]+)", line)
+        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s;]+)\s*(?:;\s*(.+))?", line)
         if m:
-            out[m.group(1).lower().replace("_", "-")] = m.group(2)
+            marker = " ".join((m.group(3) or "").replace("'", '"').split())
+            out[m.group(1).lower().replace("_", "-")] = m.group(2) + (f"; {marker}" if marker else "")
     return out
 
 
@@ -27,6 +29,7 @@ def test_environment_yml_and_requirements_agree():
                  "numpy", "matplotlib"):
         assert name in req, f"{name} is not pinned"
     assert req["torch"] == "2.13.0"
+    assert req["triton"] == '3.7.1; platform_system == "Linux"', "torch 2.13.0's CUDA builds pin triton==3.7.1 on Linux"
     assert req["nbgrader"] == "0.9.6"
 
 

