@@ -43,6 +43,11 @@ c.CourseDirectory.max_file_size = 2000  # kB; a huge submission file is skipped,
 # that grades several notebooks at once, so 60 s was too tight.
 c.Execute.timeout = 180
 c.Execute.interrupt_on_timeout = True
+# And one notebook's cells share one deadline (from its first cell), on every nbgrader path: plain `nbgrader
+# autograde` and formgrader's Autograde too (./course grade's 900 s watchdog covers its own tasks only). Six cells
+# sleeping 25 s took one submission from 36 s to 177 s; the slowest section's notebook takes 80 s on an idle 2-core
+# machine with its training, which grading skips.
+c.IsolatedExecute.notebook_timeout = 600
 # After a cell's reply, how long its last outputs may take to arrive. nbgrader makes running out of it an error that
 # fails the whole notebook; nbclient's 4 s did on a loaded CI machine (a flood of output still draining).
 c.Execute.iopub_timeout = 60
@@ -76,9 +81,13 @@ c.LimitOutput.max_traceback = 40
 
 c.GenerateFeedback.force = True
 
-# Kernels start through judge/sandbox.py: a memory limit (ATTNCOURSE_KERNEL_MEM_MB, default 4096)
-# and a bubblewrap sandbox (no privilege whoever grades, no course files, no network, no new processes, an
-# allow-listed environment, size-limited /tmp, /dev/shm and working folder, a libseccomp syscall filter).
+# Kernels start sandboxed (judge/kernels.py, judge/sandbox.py, judge/zygote.py), each with its own budget of what
+# the machine shares: memory (ATTNCOURSE_KERNEL_MEM_MB, default 4096; what no limit counts cannot be made: shared
+# anonymous memory, memfd, System V IPC), tasks (ATTNCOURSE_KERNEL_TASKS, default 512: its PID namespace's pid_max),
+# 1024 open files, size-limited /tmp, /dev/shm and working folder (ATTNCOURSE_KERNEL_TMP_MB, 256), and the OOM killer
+# takes a kernel first; in a bubblewrap sandbox (no privilege whoever grades, no course files, no network, no new
+# processes, an allow-listed environment, a libseccomp syscall filter, no folder of the host writable); its
+# stdout and stderr reach no terminal (its launcher keeps their last lines, to say why it stopped).
 # The sandbox is required: where bwrap cannot run, no kernel
 # starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
 # IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the

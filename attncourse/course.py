@@ -23,8 +23,8 @@ SECTIONS = [
 NEEDS = {"11_flash_attention_triton": "triton"}
 
 # The course settings a grading run passes on to nbgrader and its kernels' launcher.
-GRADING_KEEP = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_KERNEL_TMP_MB", "ATTNCOURSE_SANDBOX", "ATTNCOURSE_BWRAP",
-                "ATTNCOURSE_CHECK_TIMEOUT")
+GRADING_KEEP = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_KERNEL_TMP_MB", "ATTNCOURSE_KERNEL_TASKS", "ATTNCOURSE_SANDBOX",
+                "ATTNCOURSE_BWRAP", "ATTNCOURSE_CHECK_TIMEOUT")
 
 
 def resolve_section(name: str) -> str:

@@ -101,18 +101,17 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
                              capture_output=True, text=True)
         if gen.returncode != 0:
-            raise SystemExit("could not prepare the check:\n" + gen.stdout[-1500:] + gen.stderr[-1500:])
+            why = grader_broken(gen.stdout + gen.stderr, "nbgrader could not prepare the check")
+            return {"section": section, "error": why, "broken": GRADER_BROKEN, "exercises": [], "score": 0,
+                    "max_score": None, "seconds": round(time.time() - t0, 1)}
         limit = [f"--Execute.timeout={timeout}"] if timeout else []
         ag = subprocess.run(py + ["autograde", section, "--create", "--force", *limit],
                             cwd=tmp, env=env, capture_output=True, text=True)
         graded = tmp / "autograded" / "me" / section / f"{section}.ipynb"
         if not graded.is_file():
-            log = (ag.stdout + ag.stderr).lower()
-            why = ("the notebook is not valid JSON" if "json" in log else
-                   "the kernel died while running it" if "dead" in log or "died" in log else
-                   "nbgrader could not run it")
-            return {"section": section, "error": why, "exercises": [], "score": 0, "max_score": None,
-                    "seconds": round(time.time() - t0, 1)}
+            broken, why = why_not_graded(saved, ag.stdout + ag.stderr)
+            return {"section": section, "error": why, "broken": broken, "exercises": [], "score": 0,
+                    "max_score": None, "seconds": round(time.time() - t0, 1)}
         import nbformat
         from nbgrader.api import Gradebook
 
@@ -127,6 +126,41 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
             _tally(exercises, ", ".join(cell.exercises) or VISIBLE, cell.grade_id, *points[cell.grade_id],
                    cell.messages)
     return _result(section, exercises, t0)
+
+
+NOTEBOOK_BROKEN, GRADER_BROKEN = "notebook", "grader"   # whose fault it is when a check could not be made
+# what the grading kernel's launcher or nbgrader says when no kernel could run the notebook (judge.sandbox, judge.kernels)
+_GRADER_LINES = ("the grading kernel stopped", "grading refused", "the grading kernel's launcher failed",
+                 "Kernel died before replying", "Kernel didn't respond")
+
+
+def why_not_graded(saved: bytes, log: str) -> tuple[str, str]:
+    """(whose fault, one line) when nbgrader left no graded copy of the saved notebook: the notebook's when it
+    cannot be read as a notebook (nbformat's own reader, on the very bytes that were checked); otherwise the
+    grader's, with the line of the log that says why (a kernel that could not start: its exit status and last
+    lines), never read as the notebook's fault because some line of the log mentions JSON."""
+    import nbformat
+
+    from judge.sanitize import inert
+
+    try:
+        nbformat.reads(saved.decode("utf-8"), as_version=4)
+    except Exception as exc:  # noqa: BLE001 - whatever the reader refuses
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return NOTEBOOK_BROKEN, inert(f"your notebook is broken: it cannot be read as a notebook "
+                                      f"({type(exc).__name__}: {first})")[:300]
+    return GRADER_BROKEN, grader_broken(log)
+
+
+def grader_broken(log: str, what: str = "") -> str:
+    """The one line for a check the grader could not make: the line of nbgrader's ``log`` that says why."""
+    from judge.sanitize import inert
+
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    said = [ln for ln in lines if any(k in ln for k in _GRADER_LINES)]
+    errors = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
+    detail = (said or errors or lines or ["nbgrader said nothing"])[-1]
+    return inert(f"the grader is broken here, not your notebook{f' ({what})' if what else ''}: {detail}")[:400]
 
 
 def _hidden_cells(root: Path, section: str):
@@ -244,11 +278,15 @@ def check(section: str, notebook: str | None = None) -> dict | None:
 
 
 def main(argv=None):
+    """``./course check NN [notebook]``: exit 0 when the notebook was checked, 1 when it could not be because the
+    notebook is broken, 2 when it could not be because the grader is (or on a usage error)."""
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
         print("usage: ./course check NN [path/to/notebook.ipynb]")
         return 2
-    check(argv[0], argv[1] if len(argv) > 1 else None)
+    result = check(argv[0], argv[1] if len(argv) > 1 else None)
+    if result and result.get("error"):
+        return 1 if result.get("broken") == NOTEBOOK_BROKEN else 2
     return 0
 
 

@@ -46,12 +46,13 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import traceback
 
 from nbformat.notebooknode import NotebookNode
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.preprocessors import CheckCellMetadata, Execute, NbGraderPreprocessor
-from traitlets import Enum, Unicode
+from traitlets import Enum, Integer, Unicode
 
 from attncourse.protocol.calls import check_calls
 from attncourse.protocol.cases import INPUTS_FILE, StoredCase, inputs_only, label
@@ -148,6 +149,31 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
                                 "cost 0.05-0.08 s per notebook)").tag(config=True)
     skip_cells_with_tag = Unicode(SKIP_TAG, help="cells with this tag are not run when grading (nbclient's "
                                   "skip_cells_with_tag); an nbgrader cell always runs, whatever its tags").tag(config=True)
+    notebook_timeout = Integer(600, allow_none=True, help="seconds one notebook's cells may run in all, from its "
+                               "first cell (0 or None: no limit). A cell running when it is up is interrupted as at "
+                               "its own timeout; the cells after it are not run and score 0 as timed out. Holds on "
+                               "every path: ./course grade, plain nbgrader autograde, formgrader").tag(config=True)
+    _deadline = None   # time.monotonic() when the notebook's time is up (set at its first cell)
+
+    def _get_timeout(self, cell):
+        """nbclient's per-cell limit, cut to what is left of the notebook's (at least 1 s)."""
+        timeout = super()._get_timeout(cell)
+        if self._deadline is None:
+            return timeout
+        left = max(1, int(self._deadline - time.monotonic() + 0.999))
+        return left if timeout is None else min(timeout, left)
+
+    def preprocess_cell(self, cell, resources, index):
+        """A code cell after the notebook's time is up is not run: it scores 0, as timed out."""
+        if self._deadline is None and self.notebook_timeout:
+            self._deadline = time.monotonic() + self.notebook_timeout
+        if (self._deadline is not None and cell.cell_type == "code" and time.monotonic() >= self._deadline
+                and cell.source.strip() and self.skip_cells_with_tag not in cell.metadata.get("tags", [])):
+            self._timed_out.append(cell)
+            cell.outputs = [NotebookNode(output_type="error", ename="NotebookTimeoutError", evalue="", traceback=[
+                f"NotebookTimeoutError: not run: the notebook's time limit ({self.notebook_timeout} s) was up"])]
+            return cell, resources
+        return super().preprocess_cell(cell, resources, index)
 
     def __init__(self, *args, **kwargs):
         # every kernel starts sandboxed, through nbclient's own setting (nbgrader's Execute defaults it to
@@ -163,6 +189,7 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
         home = meta.get("path")
         scratch = tempfile.mkdtemp(prefix=SCRATCH_PREFIX)    # 0700, this account's alone
         self._timed_out = []
+        self._deadline = None
         self.reset_caps()
         try:
             inputs = self._inputs(resources)
@@ -178,6 +205,7 @@ class IsolatedExecute(_CourseRoot, OutputCaps, Execute):
             meta["path"] = home
             resources[TIMED_OUT] = [i for i, c in enumerate(nb.cells) if any(c is t for t in self._timed_out)]
             shutil.rmtree(scratch, ignore_errors=True)
+            self._deadline = None
 
     async def _async_handle_timeout(self, timeout, cell=None):
         """nbclient's cell timeout: remember the cell (its error output's name proves nothing), then interrupt."""
@@ -284,7 +312,7 @@ def verdict(outputs, checks: list, tampering: list, notes: list, timed_out: bool
               "evalue": first_line(str(errors[0].get("evalue") or ""), 400)} if errors else None)
     failed = [c for c in checks if not c["passed"]]
     if timed_out:
-        zeroed = "timed out (nbgrader's cell time limit)"
+        zeroed = "timed out (nbgrader's time limit: the cell's, or the notebook's)"
     elif error:
         zeroed = f"{error['ename']}: {error['evalue']}" if error["evalue"] else error["ename"]
     elif tampering:

@@ -11,15 +11,19 @@ Chromium's zygote, Python's ``forkserver`` start method.
 
 Before the first kernel, the server is asked the sandbox probe's questions (:data:`judge.sandbox.PROBE`) through
 exactly the kernel's path, plus what only a fork could get wrong (:data:`FORK_PROBE`: other processes, files
-left by an earlier child); any wrong answer and this process grades with the classic launcher instead.
+left by an earlier child), then starts a real grading kernel that must answer ``kernel_info``
+(:func:`judge.kernels.kernel_starts`); any wrong answer and this process grades with fresh sandboxes instead,
+saying why.
 
 The kernel manager (:class:`judge.kernels.SandboxedKernelManager`) starts this file as "the kernel"::
 
-    python -S -I judge/zygote.py SOCKET CONNECTION_FILE MEM_MB TMP_MB FSIZE
+    python -S -I judge/zygote.py SOCKET CONNECTION_FILE MEM_MB TMP_MB FSIZE TASKS WHY_FILE SOCKETS [ARGS…]
 
-a client that hands the request (the connection file, the regular files of its working folder, its stdout
-and stderr) to the server and exits with the kernel's exit status; stopping or killing it kills the kernel.
-``ATTNCOURSE_FORKSERVER=0`` turns the fork server off (every kernel a fresh sandbox, as before).
+a client that dies with the grading process, hands the request (the connection file, the listening sockets the
+kernel manager made for the kernel's channels, the regular files of its working folder, and a pipe for the
+kernel's stdout and stderr) to the server, drains that pipe keeping its last lines, and exits with the kernel's
+exit status — saying why, in one line, when the kernel stopped by itself; stopping or killing it kills the
+kernel. ``ATTNCOURSE_FORKSERVER=0`` turns the fork server off (every kernel a fresh sandbox).
 
 Standard library only at module level: the client runs before anything else.
 """
@@ -27,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import sys
 import threading
@@ -47,49 +50,88 @@ def _request_fds(work: str) -> tuple[list[str], list[int]]:
     return names, fds
 
 
-def send_request(sock_path: str, req: dict, stdio: tuple[int, int, int], work: str | None = None) -> socket.socket:
-    """Connect to the server and hand it one kernel's request (files of ``work`` read-only in its working folder)."""
+def send_request(sock_path: str, req: dict, stdio: tuple[int, int, int], sockets: dict | None = None,
+                 work: str | None = None) -> socket.socket:
+    """Connect to the server and hand it one kernel's request: its stdio, the listening sockets of its channels
+    (``{channel: fd}``, made by the grader) and the files of ``work`` read-only in its working folder."""
     names, fds = _request_fds(work) if work else ([], [])
-    req = dict(req, files=names)
+    sockets = sockets or {}
+    req = dict(req, files=names, sockets=list(sockets))
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sock_path)
-    socket.send_fds(s, [json.dumps(req).encode()], list(stdio) + fds)
+    socket.send_fds(s, [json.dumps(req).encode()], list(stdio) + list(sockets.values()) + fds)
     for fd in fds:
         os.close(fd)
     return s
 
 
-def wait_exit(s: socket.socket) -> int:
-    """The kernel's exit status, once it has stopped (1 when the server went away first)."""
-    try:
-        msg = s.recv(1 << 12)
-        return int(json.loads(msg)["exit"]) if msg else 1
-    except (OSError, ValueError, KeyError):
-        return 1
+def wait_exit(s: socket.socket, out: int | None = None, tail=None, timeout: float | None = None) -> int:
+    """The kernel's exit status, once it has stopped (1 when the server went away first or ``timeout`` ran out);
+    meanwhile what it writes on ``out`` (its stdout and stderr) is drained into ``tail``."""
+    import select
+    import time
+
+    code = None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while code is None:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return 1
+        ready, _, _ = select.select([s] + ([out] if out is not None else []), [], [], left)
+        if out is not None and out in ready:
+            chunk = os.read(out, 1 << 16)
+            if chunk:
+                tail.add(chunk)
+            else:
+                out = None
+        if s in ready:
+            try:
+                msg = s.recv(1 << 12)
+                code = int(json.loads(msg)["exit"]) if msg else 1
+            except (OSError, ValueError, KeyError):
+                code = 1
+    while out is not None and select.select([out], [], [], 1)[0]:   # its last words (it is gone)
+        chunk = os.read(out, 1 << 16)
+        if not chunk:
+            break
+        tail.add(chunk)
+    return code
 
 
 def _client(argv) -> int:
-    sock_path, connection_file, mem_mb, tmp_mb, fsize = argv
+    sock_path, connection_file, mem_mb, tmp_mb, fsize, tasks, why_file, sockets, *extra = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from sandbox import NOFILE, Tail, die_with_parent, kernel_env, parse_sockets, report_stop   # stdlib only
+
+    die_with_parent()
     with open(connection_file) as f:
         connection = json.load(f)
-    kernel_dir = os.path.basename(os.path.dirname(os.path.abspath(connection_file)))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from sandbox import kernel_env   # standard library only, as this file
-
     env = kernel_env(os.environ, "/tmp")
-    req = {"connection": connection, "kernel_dir": kernel_dir, "mem_mb": int(mem_mb), "tmp_mb": int(tmp_mb),
-           "fsize": int(fsize), "env": env}
-    s = send_request(sock_path, req, (0, 1, 2), work=os.getcwd())
-    return wait_exit(s)
+    req = {"connection": connection, "mem_mb": int(mem_mb), "tmp_mb": int(tmp_mb), "fsize": int(fsize),
+           "tasks": int(tasks), "nofile": NOFILE, "env": env, "argv": extra}
+    fds = parse_sockets(sockets)
+    out_r, out_w = os.pipe()
+    null = os.open(os.devnull, os.O_RDONLY)
+    s = send_request(sock_path, req, (null, out_w, out_w), sockets=fds, work=os.getcwd())
+    for fd in (out_w, null, *fds.values()):
+        os.close(fd)
+    tail = Tail()
+    code = wait_exit(s, out_r, tail)
+    report_stop(code, tail, why_file)
+    return code
 
 
 # -- the grading process's side (imports beyond the standard library inside) ---------------------------------
 FORK_PROBE = r"""
 import json, os
+mounts = [line.split()[4] for line in open("/proc/self/mountinfo")]
+def made(folder):   # what is in a folder, but the way to what the server bound there (a course under /tmp)
+    return sorted(n for n in os.listdir(folder) if not any(m == os.path.join(folder, n) or
+                                                          m.startswith(os.path.join(folder, n) + "/") for m in mounts))
 print(json.dumps({
     "pid": os.getpid(),
     "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-    "tmp": sorted(os.listdir("/tmp")), "shm": sorted(os.listdir("/dev/shm")),
+    "tmp": made("/tmp"), "shm": sorted(os.listdir("/dev/shm")),
     "pts": sorted(os.listdir("/dev/pts")),
     "work": sorted(os.listdir(".")),
     "leave": [open(p, "w").write("x") for p in ("/tmp/left-behind", "/dev/shm/left-behind")],
@@ -98,7 +140,8 @@ print(json.dumps({
 
 
 class Zygote:
-    """One fork server: its socket folder (``root``), its socket and its process (bwrap)."""
+    """One fork server: the folder of its listening socket (``root``, this account's alone), its socket and its
+    process (bwrap)."""
 
     def __init__(self, root, sock_path, proc, key):
         self.root, self.sock, self.proc, self.key = root, sock_path, proc, key
@@ -107,29 +150,28 @@ class Zygote:
         return self.proc.poll() is None
 
     def stop(self):
+        from .sandbox import remove_tree
+
         if self.alive():
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
-    def run(self, code: str, tmp_mb: int, mem_mb: int, env: dict, timeout: float = 120) -> tuple[int, str, str]:
+    def run(self, code: str, tmp_mb: int, mem_mb: int, env: dict, timeout: float = 60,
+            tasks: int = 0) -> tuple[int, str, str]:
         """Run ``code`` in a child sandboxed exactly as a kernel is (the probe's way in): (exit, stdout, stderr).
         For short outputs (a pipe's buffer): they are read once the child has stopped."""
-        import tempfile
+        from .sandbox import FSIZE_BYTES, NOFILE
 
-        from .sandbox import FSIZE_BYTES
-
-        kdir = tempfile.mkdtemp(dir=self.root)
         pipes = [os.pipe(), os.pipe()]
         null = os.open(os.devnull, os.O_RDONLY)
         try:
-            req = {"connection": {}, "kernel_dir": os.path.basename(kdir), "mem_mb": mem_mb, "tmp_mb": tmp_mb,
-                   "fsize": FSIZE_BYTES, "env": env, "probe": code}
+            req = {"connection": {}, "mem_mb": mem_mb, "tmp_mb": tmp_mb, "fsize": FSIZE_BYTES, "tasks": tasks,
+                   "nofile": NOFILE, "env": env, "probe": code}
             with send_request(self.sock, req, (null, pipes[0][1], pipes[1][1])) as s:
                 for _, w in pipes:
                     os.close(w)
-                s.settimeout(timeout)
-                rc = wait_exit(s)
+                rc = wait_exit(s, timeout=timeout)
             texts = []
             for r, _ in pipes:
                 chunks = []
@@ -141,7 +183,6 @@ class Zygote:
             for r, _ in pipes:
                 os.close(r)
             os.close(null)
-            shutil.rmtree(kdir, ignore_errors=True)
 
 
 _ZYGOTES: dict = {}   # settings -> Zygote, oldest first
@@ -174,28 +215,40 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
     fd = sandbox._seccomp_fd()
     if fd is None:
         raise RuntimeError(sandbox.seccomp_program()[1])
-    root = tempfile.mkdtemp(prefix="attncourse-zygote-")   # 0700: this account's alone
+    root = sandbox.socket_folder("attncourse-zygote-")   # 0700: this account's alone; no sandbox sees it
     sock_path = os.path.join(root, "zygote.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    started = False
     try:
         listener.bind(sock_path)
         listener.listen(64)
         # (-m: where the kernels' Python cannot import the course package, neither can the server: no kernel
         # starts from it, and the classic launcher's kernels fail as they would without it — the canary says so)
         cmd = [sys.executable, "-Xfrozen_modules=off", "-m", "attncourse.kernel.forkserver",
-               str(listener.fileno()), str(fd), root]
-        args = sandbox.bwrap_command(cmd, rw=[root], env=env, tmp_mb=tmp_mb, zygote_dirs=forkserver.DIRS)
-        proc = _spawner().submit(lambda: subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, pass_fds=(listener.fileno(), fd),
-            env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)}, cwd="/")).result()
+               str(listener.fileno()), str(fd)]
+        args = sandbox.bwrap_command(cmd, env=env, tmp_mb=tmp_mb, zygote_dirs=forkserver.DIRS)
+        err = tempfile.TemporaryFile()   # what the server says (a file: a pipe no one reads could stop it)
+        try:
+            proc = _spawner().submit(lambda: subprocess.Popen(
+                args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                pass_fds=(listener.fileno(), fd, *args.fds), env={"PATH": os.environ.get("PATH", sandbox.KERNEL_PATH)},
+                cwd="/")).result()
+        finally:
+            args.close()
+        started = True
     finally:
         listener.close()
         os.close(fd)
+        if not started:
+            sandbox.remove_tree(root)
     zyg = Zygote(root, sock_path, proc, key)
     line = first_line(proc.stdout, time.monotonic() + START_TIMEOUT)   # "ready" once it has imported torch, ipykernel
     if line.strip() != b"ready":
         zyg.stop()
-        raise RuntimeError(f"the fork server did not start (exit {proc.poll()})")
+        err.seek(max(0, err.seek(0, 2) - 4096))
+        raise RuntimeError(sandbox.why_line(proc.returncode if proc.returncode is not None else 1, err.read())
+                           .replace("grading kernel", "fork server"))
+    err.close()
     return zyg
 
 
@@ -217,11 +270,11 @@ def first_line(stream, deadline: float) -> bytes:
     return data.split(b"\n", 1)[0] + (b"\n" if b"\n" in data else b"")
 
 
-def _check(zyg: Zygote, env: dict, tmp_mb: int, mem_mb: int) -> str:
+def _check(zyg: Zygote, env: dict, tmp_mb: int, mem_mb: int, tasks: int) -> str:
     """'' when two children of ``zyg`` answer the sandbox probe as a fresh sandbox does, else what is wrong."""
     from .sandbox import PROBE, PROBE_SAYS, PROBE_WANTS, SANDBOX_UID
 
-    rc, out, err = zyg.run(PROBE, tmp_mb, mem_mb, env)
+    rc, out, err = zyg.run(PROBE, tmp_mb, mem_mb, env, tasks=tasks)
     try:
         seen = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -230,7 +283,7 @@ def _check(zyg: Zygote, env: dict, tmp_mb: int, mem_mb: int) -> str:
     if seen.get("uid") != SANDBOX_UID:
         wrong.insert(0, f"the kernel runs as uid {seen.get('uid')}")
     for attempt in (1, 2):   # the second child must not see what the first one left
-        rc, out, err = zyg.run(FORK_PROBE, tmp_mb, mem_mb, env)
+        rc, out, err = zyg.run(FORK_PROBE, tmp_mb, mem_mb, env, tasks=tasks)
         try:
             seen = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -244,18 +297,19 @@ def _check(zyg: Zygote, env: dict, tmp_mb: int, mem_mb: int) -> str:
     return "; ".join(dict.fromkeys(wrong))
 
 
-def get(env: dict, tmp_mb: int, mem_mb: int) -> Zygote | None:
+def get(env: dict, tmp_mb: int, mem_mb: int, tasks: int = 0, kernel_check=None) -> Zygote | None:
     """This process's fork server for kernels with this environment and these limits; None where it cannot
     start or does not hold (the kernel manager then starts a fresh sandbox per kernel; :func:`why_not` says
-    why). Started at the first kernel, probed, kept for the life of the process."""
+    why). Started at the first kernel, probed (the sandbox's questions, then ``kernel_check(zygote)``: '' when a
+    real grading kernel forked by it answers, else why not), kept for the life of the process."""
     if os.environ.get(FORKSERVER_ENV, "1").strip() == "0":
         return None
     with _LOCK:
-        return _get(env, tmp_mb, mem_mb)
+        return _get(env, tmp_mb, mem_mb, tasks, kernel_check)
 
 
-def _get(env, tmp_mb, mem_mb):
-    key = json.dumps([env, tmp_mb, mem_mb], sort_keys=True)
+def _get(env, tmp_mb, mem_mb, tasks, kernel_check):
+    key = json.dumps([env, tmp_mb, mem_mb, tasks], sort_keys=True)
     zyg = _ZYGOTES.get(key)
     if zyg is not None and zyg.alive():
         return zyg
@@ -263,9 +317,11 @@ def _get(env, tmp_mb, mem_mb):
         return None
     try:
         zyg = _start(key, env, tmp_mb, mem_mb)
-        wrong = _check(zyg, env, tmp_mb, mem_mb)
+        wrong = _check(zyg, env, tmp_mb, mem_mb, tasks)
+        if not wrong and kernel_check is not None:
+            wrong = kernel_check(zyg)
     except (OSError, RuntimeError) as exc:
-        wrong, zyg = str(exc), None
+        wrong = str(exc)
     if wrong:
         if zyg is not None:
             zyg.stop()

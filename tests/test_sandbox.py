@@ -99,14 +99,15 @@ def test_sandboxed_kernel_sees_only_its_submission(tmp_path):
 
 
 def test_bwrap_command_hides_the_course(tmp_path):
-    """The command binds system and Python read-only, the working folder as a tmpfs, and no course folder."""
+    """The command binds system and Python read-only, the working folder as a tmpfs, no course folder, and
+    nothing of the host writable (a kernel's sockets are the grader's, handed over as descriptors)."""
     from judge.sandbox import bwrap_command, kernel_env
     from tests.harness import ROOT
 
     (tmp_path / ".attncourse-inputs.pt").write_bytes(b"x")
-    cmd = bwrap_command(["python"], rw=["/no/such/dir"], work=str(tmp_path), env=kernel_env({}, "/tmp"))
+    cmd = bwrap_command(["python"], work=str(tmp_path), env=kernel_env({}, "/tmp"))
     assert cmd[0].endswith("bwrap") and "--unshare-all" in cmd and "--clearenv" in cmd and cmd[-1] == "python"
-    assert "/no/such/dir" not in cmd                                   # a path that does not exist is not bound
+    assert not {"--bind", "--bind-try", "--bind-fd"} & set(cmd)        # nothing of the host writable
     i = cmd.index("--tmpfs", cmd.index(str(tmp_path)) - 2)
     assert cmd[i + 1] == str(tmp_path) and cmd[i - 2] == "--size"     # the working folder: a size-limited tmpfs
     assert ["--ro-bind", str(tmp_path / ".attncourse-inputs.pt")] == cmd[i + 2:i + 4]

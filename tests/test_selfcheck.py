@@ -123,3 +123,55 @@ def test_selfcheck_gives_a_trick_no_marks(tmp_path):
     nbformat.write(nb, str(path))
     result = run_check(section, path)
     assert result["max_score"] == total_points(CORPUS_SECTION) and result["score"] == 0, result
+
+
+def test_a_broken_notebook_is_told_from_a_broken_grader(monkeypatch, capsys):
+    """Whose fault a check that could not be made is: the notebook's only when nbformat cannot read the saved
+    bytes; otherwise the grader's, with the line of nbgrader's log that says why (a line that merely mentions JSON
+    is no verdict on the notebook). ``./course check`` exits 1 for the first, 2 for the second, 0 when checked."""
+    import json
+
+    from attncourse import selfcheck
+
+    valid = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    log = ("[AutogradeApp | INFO] Writing 21278 bytes to …/02_qkv_by_hand.json\n"
+           "RuntimeError: Kernel died before replying to kernel_info: the grading kernel stopped (exit 71): "
+           "FileNotFoundError: …/IPython/utils/themes/neutral-posix.json\n"
+           "[AutogradeApp | ERROR] There was an error processing assignment\n")
+    assert selfcheck.why_not_graded(valid, log) == (
+        selfcheck.GRADER_BROKEN, "the grader is broken here, not your notebook: RuntimeError: Kernel died before "
+        "replying to kernel_info: the grading kernel stopped (exit 71): FileNotFoundError: "
+        "…/IPython/utils/themes/neutral-posix.json")
+    whose, why = selfcheck.why_not_graded(b'{"cells": [', log)
+    assert whose == selfcheck.NOTEBOOK_BROKEN and why.startswith("your notebook is broken"), why
+    for result, code in (({"error": "x", "broken": selfcheck.NOTEBOOK_BROKEN}, 1),
+                         ({"error": "x", "broken": selfcheck.GRADER_BROKEN}, 2), ({"exercises": []}, 0)):
+        monkeypatch.setattr(selfcheck, "check", lambda *a, r=result: r)
+        assert selfcheck.main(["02"]) == code
+
+
+@pytest.mark.xdist_group("selfcheck")
+@pytest.mark.slow
+def test_check_says_the_grader_is_broken_when_no_kernel_starts(tmp_path):
+    """A grader whose kernels cannot start (a memory limit of 1 MB; fresh sandboxes, the fork server's probe would
+    take its minute): ./course check says the grader is broken, with the kernel's exit status and last words, and
+    exits 2; a notebook that is not JSON exits 1, as the notebook's fault."""
+    import subprocess
+    import sys
+
+    from tests.harness import course_env
+
+    section = CORPUS_SECTION
+    good = tmp_path / f"{section}.ipynb"
+    good.write_bytes((ROOT / "source" / section / f"{section}.ipynb").read_bytes())
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text('{"cells": [')
+    run = lambda path, env: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "attncourse.selfcheck", section, str(path)], cwd=ROOT, capture_output=True, text=True,
+        timeout=900, env=course_env(env))
+    p = run(good, {"ATTNCOURSE_KERNEL_MEM_MB": "1", "ATTNCOURSE_FORKSERVER": "0"})
+    assert p.returncode == 2, (p.stdout, p.stderr[-2000:])
+    line = p.stdout.strip().splitlines()[-1]
+    assert "could not be checked: the grader is broken here, not your notebook" in line and "exit" in line, line
+    p = run(broken, {})
+    assert p.returncode == 1 and "your notebook is broken" in p.stdout, (p.stdout, p.stderr[-2000:])

@@ -63,7 +63,8 @@ def test_the_fork_server_itself_would_give_the_dangerous_answers(zyg):
     os.close(fd)
     args = sandbox.bwrap_command([sys.executable, "-S", "-c", code], env=ENV,
                                  zygote_dirs=("/run/attncourse/work",))
-    p = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(args, capture_output=True, text=True, timeout=60, pass_fds=args.fds)
+    args.close()
     seen = json.loads(p.stdout.strip().splitlines()[-1])
     assert seen["caps"] != 0 and seen["seccomp"] == "0"
     child = _json(zyg, code)
@@ -119,11 +120,9 @@ print(json.dumps({
 def test_killing_the_client_kills_the_kernel(zyg, tmp_path):
     """The kernel manager's process handle is the client: stopping it (nbclient's shutdown, a timeout's kill)
     stops the kernel and its namespace; the server goes on forking."""
-    kdir = tempfile.mkdtemp(dir=zyg.root)
     r, w = os.pipe()
     null = os.open(os.devnull, os.O_RDONLY)
-    req = {"connection": {}, "kernel_dir": os.path.basename(kdir), "mem_mb": 2048, "tmp_mb": 64,
-           "fsize": 1 << 20, "env": ENV,
+    req = {"connection": {}, "mem_mb": 2048, "tmp_mb": 64, "fsize": 1 << 20, "env": ENV,
            "probe": "import os, time\nprint(os.getpid(), flush=True)\nwhile True:\n    time.sleep(0.1)\n"}
     s = zygote.send_request(zyg.sock, req, (null, w, w))
     os.close(w), os.close(null)
@@ -134,7 +133,6 @@ def test_killing_the_client_kills_the_kernel(zyg, tmp_path):
     while os.read(r, 64) and time.monotonic() < deadline:   # EOF once every holder of the pipe is gone
         pass
     os.close(r)
-    shutil.rmtree(kdir, ignore_errors=True)
     assert time.monotonic() < deadline
     assert len(_kernel_children(zyg)) < len(before)
     assert _json(zyg, "import json; print(json.dumps(1))") == 1

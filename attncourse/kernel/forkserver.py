@@ -13,13 +13,16 @@ request (one connection on its unix socket, from the client the kernel manager s
 * ``C`` (a fork) unshares mount, PID, network, IPC and UTS namespaces: a kernel sees no other kernel's
   processes, files, sockets or shared memory; it reports the kernel's exit status on the connection and, when
   the connection closes (the client was stopped or killed), kills the kernel's whole PID namespace;
-* ``I`` (pid 1 of the new namespace) mounts a fresh ``/proc``, fresh size-capped tmpfs at ``/tmp``,
-  ``/dev/shm`` and the working folder (holding the request's files read-only), hides ``/dev/pts`` and every
-  other kernel's socket folder, then forks the kernel and waits for it;
-* ``K`` (the kernel, pid 2) takes its resource limits and environment, starts a new session, drops every
-  capability (effective, permitted, inheritable, ambient and the bounding set), keeps ``no_new_privs``, enters
-  the sandbox's syscall filter (:func:`judge.sandbox.seccomp_program`, handed over by the grader at start),
-  closes every other descriptor, and only then starts ipykernel with the request's connection file.
+* ``I`` (pid 1 of the new namespace) mounts a fresh ``/proc``, caps its PID namespace's tasks (``pid_max``),
+  mounts fresh size-capped tmpfs at ``/tmp`` (binding back what the server sees under ``/tmp``: a course or a
+  Python installed there), ``/dev/shm`` and the working folder (holding the request's files read-only), hides
+  ``/dev/pts``, then forks the kernel and waits for it;
+* ``K`` (the kernel, pid 2) takes its resource limits and environment, asks the OOM killer to take it first,
+  starts a new session, drops every capability (effective, permitted, inheritable, ambient and the bounding
+  set), keeps ``no_new_privs``, enters the sandbox's syscall filter (:func:`judge.sandbox.seccomp_program`,
+  handed over by the grader at start), closes every other descriptor, and only then starts ipykernel with the
+  request's connection file, on the listening sockets the grader made (:func:`start_ipykernel`): a kernel
+  writes no file outside its own tmpfs.
 
 Standard library only at module level, besides what :data:`PRELOAD` names.
 """
@@ -30,11 +33,14 @@ import gc
 import importlib
 import json
 import os
+import re
+import resource   # (a kernel sets its limits after its fresh /tmp is mounted: nothing is imported from disk then)
 import select
 import signal
 import socket
 import struct
 import sys
+import traceback
 
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "ipykernel.debugger", "IPython.core.interactiveshell", "IPython.core.history",
@@ -52,15 +58,18 @@ PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "ipykernel.kerne
 # its inline backend in each kernel before the first import, and a preloaded matplotlib would have missed it.
 PRELOAD_PLOTS = ("matplotlib", "matplotlib.pyplot")
 WORK = "/run/attncourse/work"       # the kernel's working folder (a tmpfs of its own)
-KERNEL_DIR = "/run/attncourse/kernel"  # the kernel's socket folder (its own subfolder of the zygote's socket root)
 CONF_DIR = "/run/attncourse/conf"     # a small tmpfs holding the connection file, read-only once written
 CONNECTION = CONF_DIR + "/connection.json"
-DIRS = (WORK, KERNEL_DIR, CONF_DIR)     # made by the zygote's bubblewrap (its root is read-only after)
+DIRS = (WORK, CONF_DIR)     # made by the zygote's bubblewrap (its root is read-only after)
 DEV_SHM_MB = 64
 MAX_FILES = 16
+# The kernel's five channels (ipykernel binds "ipc://IP-PORT" for each; the grader made and bound those sockets
+# in a folder of its own, and the kernel only listens on them).
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
+RESERVED_PIDS = 300   # Linux's: once a PID namespace's numbers wrap, they start again from here
 
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
-    0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000)
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = (
+    0x1, 0x2, 0x4, 0x8, 0x20, 0x1000, 0x4000, 0x40000)
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = (
     0x00020000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 SANDBOX_ID = 65534   # the kernel's uid and gid in its own user namespace (as judge.sandbox.SANDBOX_UID)
@@ -122,17 +131,140 @@ def _status_of(pid):
     return os.waitstatus_to_exitcode(status)
 
 
+# -- a kernel's budget of what the machine shares --------------------------------------------------------
+def limit_tasks(tasks: int) -> bool:
+    """In a PID namespace's process that may (pid 1 of a kernel's, with the capabilities of the user namespace
+    that owns it): at most about ``tasks`` processes and threads in this namespace, whoever runs the grader.
+
+    Linux (6.14 and later) keeps ``pid_max`` per PID namespace: no task of the namespace gets a number at or above
+    it, so at most ``RESERVED_PIDS + tasks`` live at once (at least ``tasks`` once the numbers have wrapped).
+    ``RLIMIT_NPROC`` cannot do this where the grader is root: the kernel's uid maps to root outside, which Linux
+    never holds to that limit (checked on Linux 6.18). False where this Linux keeps one ``pid_max`` for the
+    machine (the kernel then keeps only ``RLIMIT_NPROC``, which holds for a grader that is not root)."""
+    if tasks <= 0:
+        return True
+    try:
+        with open("/proc/sys/kernel/pid_max", "w") as f:
+            f.write(str(RESERVED_PIDS + tasks))
+        return True
+    except OSError:
+        return False
+
+
+def kernel_limits(mem_mb: int, fsize: int, tasks: int, nofile: int):
+    """In the kernel, before any student code: its memory (private: ``RLIMIT_DATA``; what is shared cannot be made,
+    :data:`judge.sandbox.DENIED_SYSCALLS`), file sizes, no core file, open files, tasks (``RLIMIT_NPROC``, on top of
+    :func:`limit_tasks`), and the OOM killer takes it before anything else of the machine."""
+    if mem_mb > 0:
+        resource.setrlimit(resource.RLIMIT_DATA, (mem_mb * 1024 * 1024, mem_mb * 1024 * 1024))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if nofile > 0:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        n = nofile if hard == resource.RLIM_INFINITY else min(nofile, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    if tasks > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (tasks, tasks))
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+# -- the kernel itself ------------------------------------------------------------------------------------
+def start_ipykernel(connection_file: str, sockets: dict, argv=()):
+    """ipykernel on the listening sockets the grader made: for each channel, ipykernel's ``bind("ipc://IP-PORT")``
+    takes the grader's socket (zmq's ``ZMQ_USE_FD``) instead of making a file. The kernel creates no socket file,
+    so it needs no folder of the host's: nothing it writes can outlive it (the grader's folder holding the
+    sockets is the grader's alone). Never returns: a kernel that cannot start leaves its traceback on its stderr
+    (ipykernel takes fd 2 over once it runs: a copy is kept for this) and exits 71."""
+    report = os.dup(2)
+    try:
+        _start_ipykernel(connection_file, sockets, argv)
+    except BaseException:
+        os.write(report, traceback.format_exc().encode(errors="replace"))
+        os._exit(71)
+    os._exit(0)
+
+
+def _start_ipykernel(connection_file, sockets, argv):
+    import zmq
+
+    with open(connection_file) as f:
+        info = json.load(f)
+    given = {f"ipc://{info['ip']}-{info[ch + '_port']}": fd for ch, fd in sockets.items()}
+    plain_bind = zmq.Socket.bind
+
+    def bind(self, addr):
+        fd = given.pop(addr, None)
+        if fd is not None:
+            self.setsockopt(zmq.USE_FD, fd)
+        return plain_bind(self, addr)
+
+    zmq.Socket.bind = bind
+    from ipykernel.kernelapp import IPKernelApp
+
+    sys.argv = ["ipykernel_launcher", "-f", connection_file, *argv]
+    app = IPKernelApp.instance()
+    app.initialize(sys.argv[1:])
+    app.start()
+
+
 # -- one request ------------------------------------------------------------------------------------------
-def _build_mounts(req, files, sockets_root):
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _mounts_under(top: str) -> list[tuple[str, bool]]:
+    """(mount point, read-only) of every mount strictly below ``top`` that no other of them contains, from this
+    mount namespace's table."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = _unescape(fields[4])
+            if point.startswith(top.rstrip("/") + "/"):
+                found.append((point, "ro" in fields[5].split(",")))
+    found.sort(key=lambda pr: pr[0].count("/"))
+    outer = []
+    for point, ro in found:
+        if not any(point.startswith(p + "/") for p, _ in outer):
+            outer.append((point, ro))
+    return outer
+
+
+def _fresh_tmp(mb: int):
+    """A fresh size-capped tmpfs at /tmp, with what the server's sandbox bound below /tmp (a course, or a Python
+    installed there) bound back over it as it was: read-only stays read-only."""
+    keep = []
+    for point, ro in _mounts_under("/tmp"):
+        try:
+            keep.append((point, ro, os.open(point, os.O_PATH | os.O_CLOEXEC)))
+        except OSError:
+            pass
+    _tmpfs("/tmp", mb, "1777")
+    for point, ro, fd in keep:
+        try:
+            if os.path.isdir(f"/proc/self/fd/{fd}"):
+                os.makedirs(point, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(point), exist_ok=True)
+                open(point, "a").close()
+            _mount(f"/proc/self/fd/{fd}", point, None, _MS_BIND | _MS_REC)
+            if ro:
+                _mount(None, point, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        finally:
+            os.close(fd)
+
+
+def _build_mounts(req, files):
     """In I (pid 1 of the new namespaces): everything this kernel sees that no other kernel sees."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | 0x8)   # MS_NOEXEC
-    # the kernel's socket folder, then the socket root (every other kernel's folder, the zygote's socket) hidden
-    _mount(os.path.join(sockets_root, os.path.basename(req["kernel_dir"])), KERNEL_DIR, None, _MS_BIND)
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    limit_tasks(int(req.get("tasks", 0)))
     tmp_mb = int(req["tmp_mb"])
-    _tmpfs("/tmp", tmp_mb, "1777")
-    if os.path.isdir(sockets_root):    # (under /tmp it is gone already)
-        _tmpfs(sockets_root, 1, "0755", ro=True)
+    _fresh_tmp(tmp_mb)
     _tmpfs("/dev/shm", DEV_SHM_MB, "1777")
     _tmpfs("/dev/pts", 1, "0755", ro=True)          # no pseudo-terminal shared with another kernel
     _tmpfs(WORK, tmp_mb, "0755")
@@ -146,9 +278,7 @@ def _build_mounts(req, files, sockets_root):
         _bind_ro(path)
     _tmpfs(CONF_DIR, 1, "0755")
     with open(CONNECTION, "w") as f:
-        info = dict(req["connection"])
-        info["ip"] = os.path.join(KERNEL_DIR, os.path.basename(info.get("ip") or "k"))
-        json.dump(info, f)
+        json.dump(req["connection"], f)
     _mount(None, CONF_DIR, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
 
 
@@ -171,16 +301,19 @@ def _own_user_namespace():
         f.write("0")
 
 
-def _become_kernel(req, program, env):
-    """In K: limits, environment, no privilege, the filter, no other descriptor; then ipykernel (never returns)."""
-    import resource
+def _close_all_but(keep):
+    """Close every descriptor from 3 up but those in ``keep``."""
+    top = os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536
+    low = 3
+    for fd in sorted(set(keep)) + [top]:
+        if fd >= low:
+            os.closerange(low, fd)
+            low = fd + 1
 
-    mem = int(req["mem_mb"])
-    if mem > 0:
-        resource.setrlimit(resource.RLIMIT_DATA, (mem * 1024 * 1024, mem * 1024 * 1024))
-    fsize = int(req["fsize"])
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+def _become_kernel(req, program, env, sockets):
+    """In K: limits, environment, no privilege, the filter, no other descriptor; then ipykernel (never returns)."""
+    kernel_limits(int(req["mem_mb"]), int(req["fsize"]), int(req.get("tasks", 0)), int(req.get("nofile", 0)))
     os.environ.clear()
     os.environ.update(env)
     os.chdir(WORK)
@@ -189,7 +322,7 @@ def _become_kernel(req, program, env):
     os.setsid()
     _drop_privileges()
     _enter_filter(program)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+    _close_all_but(sockets)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -198,19 +331,14 @@ def _become_kernel(req, program, env):
         exec(compile(code, "<probe>", "exec"), {"__name__": "__main__"})
         sys.stdout.flush()
         os._exit(0)
-    from ipykernel.kernelapp import IPKernelApp
-
-    sys.argv = ["ipykernel_launcher", "-f", CONNECTION]
-    app = IPKernelApp.instance()
-    app.initialize(sys.argv[1:])
-    app.start()
-    os._exit(0)
+    start_ipykernel(CONNECTION, dict(zip(req["sockets"], sockets)), req.get("argv") or ())
 
 
-def _serve_one(conn, req, fds, program, sockets_root):
+def _serve_one(conn, req, fds, program):
     """In C: new namespaces, I, and the kernel's status on ``conn`` (or its death when ``conn`` closes)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    stdio, files = fds[:3], fds[3:]
+    n_sockets = len(req.get("sockets") or ())
+    stdio, sockets, files = fds[:3], fds[3:3 + n_sockets], fds[3 + n_sockets:]
     _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS),
            "unshare")
     init = os.fork()
@@ -219,7 +347,7 @@ def _serve_one(conn, req, fds, program, sockets_root):
             signal.signal(sig, signal.SIG_IGN)   # the kernel may signal its init: nothing happens
         try:
             conn.close()
-            _build_mounts(req, files, sockets_root)
+            _build_mounts(req, files)
             ready_r, ready_w = os.pipe()
             covered_r, covered_w = os.pipe()
             kernel = os.fork()
@@ -236,15 +364,16 @@ def _serve_one(conn, req, fds, program, sockets_root):
                 except BaseException as exc:
                     os.write(stdio[2], f"attncourse fork server: no kernel ({exc})\n".encode())
                     os._exit(70)
-                _become_kernel(req, program, req["env"])
+                _become_kernel(req, program, req["env"], sockets)
             os.close(ready_w), os.close(covered_r)
             if os.read(ready_r, 1) == b"1":
                 _cover_proc()
                 os.write(covered_w, b"1")
             os.close(covered_w)
-            for fd in stdio:
+            for fd in stdio + sockets:
                 os.close(fd)
-            os._exit(_status_of(kernel) & 0xFF)
+            code = _status_of(kernel)
+            os._exit(128 - code if code < 0 else code & 0xFF)   # killed by signal N: 128 + N, as a shell says it
         except BaseException as exc:   # the sandbox could not be built: no kernel runs
             os.write(stdio[2], f"attncourse fork server: no kernel ({exc})\n".encode())
             os._exit(70)
@@ -269,7 +398,7 @@ def _serve_one(conn, req, fds, program, sockets_root):
     os._exit(0)
 
 
-def serve(listen_fd: int, program_fd: int, sockets_root: str):
+def serve(listen_fd: int, program_fd: int):
     """The zygote's loop: preload, then one forked child per connection (never reused)."""
     with os.fdopen(program_fd, "rb") as f:
         program = f.read()
@@ -288,10 +417,10 @@ def serve(listen_fd: int, program_fd: int, sockets_root: str):
     while True:
         conn, _ = server.accept()
         try:
-            msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3 + MAX_FILES)
+            msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3 + len(CHANNELS) + MAX_FILES)
             req = json.loads(msg)
-            if len(fds) < 3:
-                raise ValueError("a request carries stdin, stdout and stderr")
+            if len(fds) < 3 + len(req.get("sockets") or ()):
+                raise ValueError("a request carries stdin, stdout, stderr and the kernel's sockets")
         except (OSError, ValueError):
             conn.close()
             continue
@@ -299,7 +428,7 @@ def serve(listen_fd: int, program_fd: int, sockets_root: str):
         if pid == 0:
             try:
                 server.close()
-                _serve_one(conn, req, fds, program, sockets_root)
+                _serve_one(conn, req, fds, program)
             finally:
                 os._exit(71)
         conn.close()
@@ -307,5 +436,22 @@ def serve(listen_fd: int, program_fd: int, sockets_root: str):
             os.close(fd)
 
 
+def fresh_kernel(argv):
+    """A kernel of the fresh sandbox (:func:`judge.sandbox.bwrap_command`), run as ``python …/forkserver.py kernel
+    CONNECTION TASKS shell=FD,iopub=FD,… [ARGS…]``: its tasks' limit in its user namespace (the launcher set the rest,
+    and its PID namespace's), then ipykernel on the grader's sockets, with its working folder first on its path (as
+    ``python -m ipykernel_launcher`` has it), not this file's."""
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        sys.path[0] = os.getcwd()
+    connection, tasks, fds, *rest = argv
+    if int(tasks) > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(tasks), int(tasks)))
+    sockets = {k: int(v) for k, v in (item.split("=", 1) for item in fds.split(",") if item)}
+    start_ipykernel(connection, sockets, rest)
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    if sys.argv[1:2] == ["kernel"]:
+        fresh_kernel(sys.argv[2:])
+    else:
+        serve(int(sys.argv[1]), int(sys.argv[2]))
