@@ -378,6 +378,10 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
         if expect == "nothing":
             if e["score"]:
                 problems.append(f"{name}: expected no score, got {e['score']}")
+        elif expect == "no_more_than_wrong":   # its kernel may die (nothing) or survive (the plain mistake's score)
+            most = (students.get("wrong") or {}).get("score") or 0
+            if (e["score"] or 0) > most + 1e-9:
+                problems.append(f"{name}: earned {e['score']}, more than the plain mistake it carries ({most})")
         elif expect == "full":
             if e["score"] != e["max_score"]:
                 problems.append(f"{name}: expected full marks, got {e['score']}/{e['max_score']}: {e['failures']}")
