@@ -216,21 +216,35 @@ def check_now(section: str, exercise: str | None = None, namespace: dict | None 
         if exercise and exercise not in checked:
             continue
         out = io.StringIO()
+        grader.collect = []            # every check's verdict, as grading scores them (credit per check)
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 exec(compile(source, f"<hidden checks {grade_id}>", "exec"), scope)   # noqa: S102
-            messages = []
+            broke_off = None
         except GradingError as exc:
-            messages = [str(exc)]
+            broke_off = str(exc)
         except Exception as exc:  # noqa: BLE001 - the learner's state: say what is missing
             hint = " (run the cell that defines it first)" if isinstance(exc, NameError) else ""
-            messages = [f"{type(exc).__name__}: {exc}{hint}"]
-        _tally(exercises, ", ".join(checked), grade_id, 0.0 if messages else points, points, messages)
+            broke_off = f"{type(exc).__name__}: {exc}{hint}"
+        verdicts, grader.collect = grader.collect, None
+        messages = [f"{v['name']}: {v['problem']}" for v in verdicts if v["problem"] is not None]
+        _tally(exercises, ", ".join(checked), grade_id, 0.0 if broke_off else _earned(points, verdicts), points,
+               messages + ([broke_off] if broke_off else []))
     if exercise and not exercises:
         raise SystemExit(f"no hidden check of {exercise!r} in {section}")
     result = {**_result(section, exercises, t0), "live": True}
     print(format_result(result))
     return result
+
+
+def _earned(points: float, verdicts: list) -> float:
+    """A hidden cell's points from its checks' verdicts, as the judge scores them (``judge.verdict.earn``)."""
+    from judge.verdict import cell_score, earn
+
+    checks = [{"weight": float(v["points"] if v["points"] is not None else 1.0), "passed": v["problem"] is None}
+              for v in verdicts]
+    earn(checks, points)
+    return cell_score(points, checks)
 
 
 def format_result(result: dict) -> str:

@@ -193,6 +193,28 @@ def check_cases(paths: Paths, nb) -> None:
     if unused:
         raise BuildError(f"graders/s{paths.section}.py defines the case {unused[0]}, which no hidden cell of "
                          f"{paths.rel(paths.source)} calls: call it, or remove it")
+    check_points(paths, nb, stored)
+
+
+def check_points(paths: Paths, nb, stored: dict) -> None:
+    """Every case declares its points, and a hidden cell's nbgrader points are the sum of its checks' (the judge
+    scores a cell by the checks that pass: a mismatch would give points no check stands for)."""
+    from attncourse.protocol.calls import check_calls
+
+    spec = f"graders/s{paths.section}.py"
+    for key, case in stored.items():
+        if case.get("points") is None:
+            raise BuildError(f"{spec}: the case {key} declares no points (Case(..., points=...))")
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        calls = check_calls(cell.source) if cell.cell_type == "code" and meta.get("grade") else []
+        if not calls:
+            continue
+        total = sum(float(stored[f"{ex}:{case}"]["points"]) for ex, case in calls)
+        points = float(meta.get("points", 0) or 0)
+        if abs(total - points) > 1e-9:
+            raise BuildError(f"{paths.rel(paths.source)}: cell {meta['grade_id']} is worth {points:g} points but its "
+                             f"checks' points in {spec} add up to {total:g}: make them equal")
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ import torch
 
 from attncourse.protocol.cases import DEVICE_ARG, StoredCase
 from graders import available_sections, load_section
-from graders.spec import COURSE, PRELUDE, Case, Exercise
+from graders.spec import COURSE, GENERIC_TITLES, HOW_TITLES, PRELUDE, Case, Exercise
 
 DATA_DIR = COURSE / "graders" / "data"
 FLOAT = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -189,6 +189,8 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
 
     ``inputs``: a stored case whose inputs (args, kwargs, params) to run on instead of drawing them anew."""
     stored = case.stored()
+    stored.points = None if case.points is None else float(case.points)
+    stored.how = None
     if case.kind == "value":
         # A hand-computed answer: the reference and each mistake are solution-cell code
         # that assigns the value; extra wrong values may be listed in ``mistake_values``.
@@ -212,6 +214,9 @@ def build_case(ex: Exercise, case: Case, context: dict, messages: dict, log=prin
         stored.params = drawn.get("params", {})
     if case.kind == "raises":
         return stored.to_dict()
+    how = case.how if case.how is not None else ex.how
+    if how is not None and case.kind in ("call", "module", "property"):   # the rules' bounds, from these inputs
+        stored.how = how.stored(stored.args, stored.kwargs)
     reference = define(ex, ex.reference)
     stored.expected = run_case(reference, case, stored, context)
     stored.mistakes = {}
@@ -271,11 +276,28 @@ def build_section(name: str, log=print, inputs: dict | None = None) -> dict:
     """A section's reference data; ``inputs``: stored cases (key -> stored form) whose inputs to run on, where
     there is one of the key, instead of drawing them anew (the test of the committed data)."""
     section = load_section(name)
-    data = {"section": name, "messages": {}, "cases": {}}
+    data = {"section": name, "messages": {}, "cases": {}, "cells": {}, "causes": {}, "titles": {}}
     handouts = {}
     for ex in section.exercises:
+        data["cells"][ex.name] = ex.cell           # the solution cell (the judge: is it as handed out?)
         for m in ex.mistakes:
             data["messages"][f"{ex.name}.{m.key}"] = m.message
+            cause = m.cause or m.key               # one cause, named once, whichever exercise made it
+            data["causes"][f"{ex.name}.{m.key}"] = cause
+            data["titles"].setdefault(cause, section.titles.get(cause) or m.message)
+        for key in (ex.how.messages() if ex.how else {}):
+            data["causes"][f"{ex.name}.{key}"] = key
+        for case in ex.cases:
+            for key in (case.how.messages() if case.how else {}):
+                data["causes"][f"{ex.name}.{key}"] = key
+            for key, (message, _) in case.mistake_values.items():   # a wrong prediction's cause is its key
+                data["causes"][f"{ex.name}.{key}"] = key
+                data["titles"].setdefault(key, section.titles.get(key) or message)
+        if ex.how is not None or any(c.how is not None for c in ex.cases):
+            for rule in HOW_TITLES:
+                data["causes"].setdefault(f"{ex.name}.how.{rule}", f"how.{rule}")
+        data["messages"].update({f"{ex.name}.{k}": v for c in [ex, *ex.cases] if getattr(c, "how", None)
+                                 for k, v in c.how.messages().items()})
         data["messages"].update({f"{ex.name}.{key}": text for key, text in ex.messages.items()})
         context = ex.context() if ex.context else {}
         for case in ex.cases:
@@ -286,6 +308,11 @@ def build_section(name: str, log=print, inputs: dict | None = None) -> dict:
             handouts[ex.cell] = check_handout(ex, data["cases"], context)
     if handouts:   # grade_id -> the code the student's notebook shows (judge.handout.HandOut)
         data["handouts"] = handouts
+    for cause, title in GENERIC_TITLES.items():  # causes the judge names by itself (a fixed device, a fixed dtype)
+        data["titles"].setdefault(cause, section.titles.get(cause) or title)
+    for key, cause in data["causes"].items():   # a rule on how is named by its message (the section's words)
+        if cause.startswith("how."):
+            data["titles"].setdefault(cause, data["messages"].get(key) or HOW_TITLES.get(cause[4:], cause))
     return data
 
 

@@ -329,4 +329,12 @@ def embed(ids, table):
     ],
 )
 
-SECTION = Section("01_tokens", [BUILD_VOCAB, ENCODE, DECODE, PAD_BATCH, EMBED])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "build_vocab": {"corpus_a": 1.5, "corpus_b": 1.5},
+    "encode": {"known": 1.5, "unknown": 1.5},
+    "decode": {"padded": 1, "shuffled_vocab": 1},
+    "pad_batch": {"three": 1.5, "pad_id": 1.5},
+    "embed": {"batched": 3, "float64": 0.25, "bfloat16": 0.25, "meta": 0.25, "best_device": 0.25},
+}
+
+SECTION = Section("01_tokens", [BUILD_VOCAB, ENCODE, DECODE, PAD_BATCH, EMBED], points=POINTS)

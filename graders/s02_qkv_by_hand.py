@@ -4,12 +4,18 @@ Exercises: the NumPy ``softmax``; the PyTorch ``scaled_dot_product_attention``;
 the ``SelfAttention`` module; four hand-computed values of a new 3-token
 example (``scores_hand``, ``scaled_hand``, ``weights_hand``, ``output_hand``).
 
+``softmax`` and ``scaled_dot_product_attention`` are what the student builds: a library softmax
+(``scipy.special.softmax``, a detour through ``torch.softmax``) and ``F.scaled_dot_product_attention`` are
+refused there (``How``: the kernel records the calls; ``shortcuts`` lose those points).  ``SelfAttention`` may
+call ``F.scaled_dot_product_attention`` inside (its new part is the projections; a variant does).
+
 The gate test injects the k-th mistake (variant) of *every* exercise into one
 submission; an exercise without a k-th entry keeps its solution in that round.
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+from .spec import SDPA as SDPA_CALL, SOFTMAX as LIBRARY_SOFTMAX
+from .spec import Case, Exercise, How, Mistake, Section, Shortcut, Variant, patch, source_cells
 
 CELLS = source_cells("02_qkv_by_hand")   # the source notebook: solutions and given code are read from it
 
@@ -69,6 +75,15 @@ def softmax(x, axis=-1):
 def softmax(x, axis=-1):
     return torch.softmax(torch.as_tensor(x), dim=axis)
 ''', shows="should be a NumPy array"),
+    ],
+    how=How(refuse=(LIBRARY_SOFTMAX,)),
+    shortcuts=[
+        Shortcut("scipy_partial", "import functools\nimport scipy.special\n\n"
+                 "softmax = functools.partial(scipy.special.softmax, axis=-1)\n"),
+        Shortcut("scipy_wrapped", "import scipy.special\n\n\ndef softmax(x, axis=-1):\n"
+                 "    return scipy.special.softmax(x, axis=axis)\n"),
+        Shortcut("torch_detour", "def softmax(x, axis=-1):\n"
+                 "    return torch.softmax(torch.from_numpy(np.asarray(x)), dim=axis).numpy()\n"),
     ],
     variants=[
         Variant("logsumexp", '''
@@ -156,7 +171,7 @@ SDPA_CASES = [
                          torch.randn(3, 4, 8, generator=g)),
          kwargs={"mask": lambda g: torch.tril(torch.ones(4, 4))}, labels=["output", "weights"], seed=2),
     Case("very_negative", "float64 scores around -2500 with a mask (a small finite fill leaks here)",
-         dtype="float64", args=_very_negative, kwargs={"mask": lambda g: _mask(g, 2, 3, 5)},
+         dtype="float64", numerics=True, args=_very_negative, kwargs={"mask": lambda g: _mask(g, 2, 3, 5)},
          labels=["output", "weights"], seed=3),
     Case("float64", "float64 inputs without batch dims", dtype="float64",
          args=lambda g: (torch.randn(3, 8, generator=g), torch.randn(3, 8, generator=g),
@@ -193,6 +208,18 @@ SDPA = Exercise(
                 "larger than real scores and leaks weight; fill with float('-inf') (or a very large "
                 "negative number such as torch.finfo(dtype).min).",
                 patch(SDPA_REF, 'float("-inf")', "-1e3")),
+    ],
+    how=How(refuse=(SDPA_CALL,)),
+    shortcuts=[
+        Shortcut("fused", '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask.bool(), float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=None if mask is None else mask.bool())
+    return out, weights
+'''),
     ],
     variants=[
         Variant("einsum_where", '''
@@ -367,13 +394,18 @@ def _value_case(what):
     return [Case("value", what, kind="value", api="any", atol=0.01)]
 
 
+# The hand-computed mistakes that are the same cause as the PyTorch exercises' (one row each in the class report).
+HAND_CAUSES = {"not_scaled": "no_scale", "by_d_k": "scale_dk", "columns": "softmax_axis"}
+
+
 def _hand(name, cell, ref, mistakes, variant, what):
     """A matrix the student types by hand: every answer here is a nested list of numbers (``.tolist()`` stands for
     the typing), so the reference data stores nested lists and the judge refuses an array or a tensor."""
     return Exercise(
         name=name, cell=cell, given=HAND_GIVEN, reference=f"{_HELPERS}{name} = ({ref}).tolist()",
         # mistakes and variants are whole solution cells: each carries its own helper
-        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = np.asarray({code}).tolist()") for k, msg, code in mistakes],
+        mistakes=[Mistake(k, msg, f"{_HELPERS}{name} = np.asarray({code}).tolist()", cause=HAND_CAUSES.get(k))
+                  for k, msg, code in mistakes],
         variants=[Variant("typed_lists", variant),
                   Variant("rounded_2dp", f"{_HELPERS}{name} = np.round({ref}, 2).tolist()")],
         cases=_value_case(f"{what} of the 3-token example"),
@@ -429,5 +461,23 @@ OUTPUT_HAND = _hand(
       "_sm(Q_ex @ K_ex.T / 2) @ V_ex")],
     "output_hand = [[3.869, 2.463], [3.736, 2.288], [1.542, 2.000]]", "the output")
 
-SECTION = Section("02_qkv_by_hand", [SOFTMAX, PREDICTED_STD, SDPA, FIXED_ATTENTION, SELF_ATTENTION, SCORES_HAND, SCALED_HAND, WEIGHTS_HAND,
-                                     OUTPUT_HAND])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "softmax": {"vector": 1, "rows": 1, "axis0": 1, "large": 0.5, "batched": 0.5},
+    "predicted_std": {"value": 1},
+    "scores_hand": {"value": 2},
+    "scaled_hand": {"value": 1},
+    "weights_hand": {"value": 1},
+    "output_hand": {"value": 1},
+    "scaled_dot_product_attention": {"batched": 3.5, "float64": 0.125, "bfloat16": 0.125, "meta": 0.125,
+                                     "best_device": 0.125, "masked": 1, "mask01": 1, "very_negative": 1},
+    "fixed_attention": {"batched": 1.75, "float64": 0.125, "best_device": 0.125},
+    "SelfAttention": {"batched": 2.25, "masked": 2.25, "float64": 0.125, "bfloat16": 0.125, "meta": 0.125,
+                      "best_device": 0.125},
+}
+
+SECTION = Section("02_qkv_by_hand", [SOFTMAX, PREDICTED_STD, SDPA, FIXED_ATTENTION, SELF_ATTENTION, SCORES_HAND,
+                                     SCALED_HAND, WEIGHTS_HAND, OUTPUT_HAND], points=POINTS, titles={
+    "no_scale": "the scores are not divided by √d_k",
+    "scale_dk": "the scores are divided by d_k instead of √d_k",
+    "softmax_axis": "the softmax runs over the wrong axis (each query's row of weights must sum to 1)",
+})

@@ -43,7 +43,7 @@ CAUSAL = Exercise(
                 _causal("return torch.ones(T, T, dtype=torch.bool, device=device)")),
         Mistake("ignores_device", "the device argument is ignored: the mask is created on the default device; "
                 "create it directly on `device`.", _causal("return torch.ones(T, T, dtype=torch.bool).tril()"),
-                shows="but device 'meta' was asked for (the device argument)"),
+                shows="but device 'meta' was asked for (the device argument)", cause="fixed_device"),
         Mistake("float_mask", "the mask is a float tensor of 1.0/0.0; the contract is a bool tensor (True = may "
                 "attend).", _causal("return torch.ones(T, T, device=device).tril()"),
                 shows="should be a torch.bool tensor"),
@@ -240,6 +240,7 @@ def masked_softmax(scores, mask):
                              (torch.arange(5)[None, :] < torch.tensor([5, 2, 3])[:, None]).float()[:, None, :]),
              labels=["weights"]),
         Case("very_negative", "float64 scores around -1000 (a small finite fill leaks here)", dtype="float64", seed=2,
+             numerics=True,
              args=lambda g: (-1000 + torch.randn(2, 3, 5, generator=g) * 3, _msm_mask(g, 2, 3, 5)),
              labels=["weights"]),
         Case("float64", "float64 scores with a bool mask", dtype="float64", seed=3,
@@ -370,4 +371,15 @@ def fixed_causal_attention(Q, K, V):
     ],
 )
 
-SECTION = Section("03_masking", [CAUSAL, BLOCKED_T6, PADDING, COMBINED, MSM, MASKED_HAND, FIXED_CAUSAL])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "causal_mask": {"T5": 1.375, "T1": 1.375, "device_kw": 0.125, "meta": 0.125},
+    "blocked_T6": {"value": 1},
+    "padding_mask": {"batch": 2, "longer": 1.875, "meta": 0.125},
+    "masked_weights_hand": {"value": 3},
+    "combined_mask": {"batch": 2, "single": 1.875, "meta": 0.125},
+    "masked_softmax": {"causal": 1.75, "padding01": 1.75, "float64": 0.125, "bfloat16": 0.125, "meta": 0.125,
+                       "best_device": 0.125, "very_negative": 1, "empty_row": 1},
+    "fixed_causal_attention": {"batched": 1.75, "float64": 0.125, "best_device": 0.125},
+}
+
+SECTION = Section("03_masking", [CAUSAL, BLOCKED_T6, PADDING, COMBINED, MSM, MASKED_HAND, FIXED_CAUSAL], points=POINTS)

@@ -5,7 +5,7 @@ on the attributes its contract names (``n_heads``, ``d_k``), read from a freshly
 """
 import torch
 
-from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+from .spec import LIBRARY_MHA, Case, Exercise, How, Mistake, Section, Shortcut, Variant, patch, source_cells
 
 CELLS = source_cells("04_multi_head")   # the source notebook: solutions and given code are read from it
 
@@ -63,7 +63,7 @@ MHA_MISTAKES = [
             "the mask is moved to the CPU inside forward.",
             _mistake("        if mask is not None:\n",
                      "        if mask is not None:\n            mask = mask.cpu().bool()\n"),
-            shows="a tensor is created on a fixed device"),
+            shows="a tensor is created on a fixed device", cause="fixed_device"),
 ]
 
 MHA_EINSUM = '''
@@ -151,6 +151,27 @@ def _mha_case(name, what, mask=None, **kw):
                 kwargs=kwargs, seed=kw.pop("seed", 0), **kw)
 
 
+MHA_LIBRARY = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads, self.d_k = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        B, T, D = x.shape
+        blocked = None
+        if mask is not None:   # PyTorch's bool attn_mask is True where a key is blocked
+            blocked = ~torch.broadcast_to(mask.bool(), (B, self.n_heads, T, T)).reshape(B * self.n_heads, T, T)
+        xt = x.transpose(0, 1)                                          # (T, B, D)
+        y, _ = F.multi_head_attention_forward(xt, xt, xt, D, self.n_heads, self.qkv.weight, self.qkv.bias,
+                                              None, None, False, 0.0, self.out.weight, self.out.bias,
+                                              training=False, need_weights=False, attn_mask=blocked)
+        return y.transpose(0, 1)
+'''
+
+
 ATTR_HINT = ("self.n_heads is the number of heads the module is built with; self.d_k = d_model // n_heads is the "
              "size of one head.")
 
@@ -160,6 +181,10 @@ MHA = Exercise(
     reference=MHA_REF,
     mistakes=MHA_MISTAKES,
     variants=[Variant("einsum", MHA_EINSUM), Variant("fused_sdpa", MHA_FUSED)],
+    # The heads are what the student builds: PyTorch's own multi-head attention is refused; the scaled dot-product
+    # attention inside may be F.scaled_dot_product_attention (the fused_sdpa variant).
+    how=How(refuse=(LIBRARY_MHA,)),
+    shortcuts=[Shortcut("library_mha", MHA_LIBRARY, keeps=("attributes", "attributes_two_heads"))],
     cases=[
         _mha_case("unmasked", "a batch of 2, T=5, d_model=16, 4 heads, no mask"),
         _mha_case("causal", "a (T, T) causal mask", mask=lambda g: causal_mask_input()),
@@ -273,4 +298,13 @@ FIXED_MERGE = Exercise(
     ],
 )
 
-SECTION = Section("04_multi_head", [MHA, MHA_PARAMS, PRED_MIB, FIXED_MERGE])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "mha_params": {"value": 1},
+    "MultiHeadAttention": {"unmasked": 2.25, "two_heads": 2.25, "attributes": 0.5, "attributes_two_heads": 0.375,
+                           "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125,
+                           "meta_padding": 0.125, "causal": 1, "padding": 1, "full_mask": 1},
+    "fixed_merge_heads": {"batched": 1.75, "float64": 0.125, "best_device": 0.125},
+    "predicted_weights_mib": {"value": 1},
+}
+
+SECTION = Section("04_multi_head", [MHA, MHA_PARAMS, PRED_MIB, FIXED_MERGE], points=POINTS)

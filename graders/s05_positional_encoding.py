@@ -114,7 +114,7 @@ ROPE = Exercise(
         Mistake("positions_fixed_device", "the positions are created on the CPU.",
                 _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",
                       "torch.arange(offset, offset + T, dtype=work)"),
-                shows="a tensor is created on a fixed device"),
+                shows="a tensor is created on a fixed device", cause="fixed_device"),
         Mistake("offset_ignored", "the offset is ignored: the rows of x sit at positions offset, offset + 1, ..., "
                 "offset + T - 1 (a cached token is not at position 0), so position t = offset + its row index.",
                 _rope("torch.arange(offset, offset + T, device=x.device, dtype=work)",
@@ -164,7 +164,7 @@ def apply_rope(x, offset=0):
         Case("offset", "rows at positions 5 to 8 (offset=5), (2, 3, 4, 8)", kwargs={"offset": 5},
              args=lambda g: (torch.randn(2, 3, 4, 8, generator=g),), seed=7),
         Case("offset_one_row", "one row at position 11 (offset=11), (2, 1, 16), float64", kwargs={"offset": 11},
-             dtype="float64", args=lambda g: (torch.randn(2, 1, 16, generator=g),), seed=8),
+             dtype="float64", numerics=True, args=lambda g: (torch.randn(2, 1, 16, generator=g),), seed=8),
     ],
 )
 
@@ -177,6 +177,7 @@ def _query_key_rows(g, T=9, d=8):
 
 ROPE.cases += [
     Case("properties", "norms kept and q·k depending on m − n only (float64)", kind="property", dtype="float64",
+         numerics=True,
          labels=["norms", "relative", "moves"], args=_query_key_rows, seed=5),
     Case("properties_best", "norms kept and q·k depending on m − n only (best device)", kind="property",
          device="best", labels=["norms", "relative", "moves"], args=lambda g: _query_key_rows(g, T=12, d=16), seed=6),
@@ -289,4 +290,13 @@ def rope_rotate_half(x):
     ],
 )
 
-SECTION = Section("05_positional_encoding", [PE, WAVELENGTH, ROPE, ROPE_HALF])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "positional_encoding": {"table_5x8": 1, "one_position": 1, "d6": 1, "long": 1},
+    "predicted_wavelength": {"value": 2},
+    "apply_rope": {"unbatched": 2.25, "heads": 2.25, "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125,
+                   "meta": 0.125, "properties": 1.875, "properties_best": 0.125, "offset": 1, "offset_one_row": 1},
+    "rope_rotate_half": {"unbatched": 1.25, "heads": 1.25, "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125,
+                         "meta": 0.125},
+}
+
+SECTION = Section("05_positional_encoding", [PE, WAVELENGTH, ROPE, ROPE_HALF], points=POINTS)

@@ -4,7 +4,7 @@ import re
 import torch
 
 from .s04_multi_head import causal_mask_input, padding_mask_input
-from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+from .spec import LAYER_NORM, Case, Exercise, How, Mistake, Section, Shortcut, Variant, patch, source_cells
 
 CELLS = source_cells("06_transformer_block")   # the source notebook: solutions and given code are read from it
 
@@ -48,15 +48,35 @@ def layer_norm(x, eps=1e-5):
     var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
     return (x - mean) * torch.rsqrt(var + eps)
 '''),
-        Variant("functional", '''
+        Variant("var_correction0", '''
+def layer_norm(x, eps=1e-5):
+    centred = x - x.mean(-1, keepdim=True)
+    return centred / (torch.var(x, dim=-1, correction=0, keepdim=True) + eps).sqrt()
+'''),
+    ],
+    # "written with tensor operations of your own": the library's normalisations are refused (the kernel records
+    # the calls); the shortcuts lose those points.
+    how=How(refuse=(LAYER_NORM,)),
+    shortcuts=[
+        Shortcut("functional", '''
 def layer_norm(x, eps=1e-5):
     return F.layer_norm(x, x.shape[-1:], eps=eps)
+'''),
+        Shortcut("module", '''
+def layer_norm(x, eps=1e-5):
+    ln = nn.LayerNorm(x.shape[-1], eps=eps, elementwise_affine=False)
+    return ln(x)
+'''),
+        Shortcut("group_norm", '''
+def layer_norm(x, eps=1e-5):
+    flat = x.reshape(-1, 1, x.shape[-1])                 # one group per token: a layer norm in disguise
+    return F.group_norm(flat, 1, eps=eps).reshape(x.shape)
 '''),
     ],
     cases=[
         Case("batched", "a (2, 5, 8) batch", args=lambda g: (3 * torch.randn(2, 5, 8, generator=g) + 1,)),
         Case("one_token", "a single vector of 6 features", args=lambda g: (torch.randn(6, generator=g),)),
-        Case("tiny_variance", "rows with a tiny variance, and a constant row (float64)", dtype="float64",
+        Case("tiny_variance", "rows with a tiny variance, and a constant row (float64)", dtype="float64", numerics=True,
              args=lambda g: (torch.cat([0.5 + 1e-3 * torch.randn(3, 8, generator=g), torch.full((1, 8), 10.0)]),)),
         Case("eps", "eps=0.1", args=lambda g: (0.5 * torch.randn(4, 8, generator=g),), kwargs={"eps": 0.1}),
         Case("float64", "float64, (3, 16)", dtype="float64", args=lambda g: (torch.randn(3, 16, generator=g),)),
@@ -444,4 +464,19 @@ def rms_norm(x, weight, eps=1e-6):
     ],
 )
 
-SECTION = Section("06_transformer_block", [LN, BLOCK, BLOCK_PARAMS, CROSS, FAMILY, CAN_TRANSLATE, RMS])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "layer_norm": {"batched": 1.125, "one_token": 1.125, "eps": 1.125, "tiny_variance": 1.125, "float64": 0.125,
+                   "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+    "TransformerBlock": {"post_ln": 1.125, "post_ln_causal": 1.125, "d_ff": 1.125, "defaults": 1, "float64": 0.125,
+                         "bfloat16": 0.125, "best_device": 0.125, "meta_post": 0.125, "meta_pre": 0.125, "pre_ln": 1,
+                         "pre_ln_padding": 1},
+    "block_params": {"value": 2},
+    "family": {"answers": 2},
+    "can_translate": {"value": 1},
+    "cross_attention": {"same_length": 1.375, "batched": 1.375, "unbatched": 1.375, "padding": 1.375,
+                        "bfloat16": 0.125, "float64": 0.125, "best_device": 0.125, "meta": 0.125},
+    "rms_norm": {"batched": 1.25, "eps": 1.25, "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125,
+                 "meta": 0.125},
+}
+
+SECTION = Section("06_transformer_block", [LN, BLOCK, BLOCK_PARAMS, CROSS, FAMILY, CAN_TRANSLATE, RMS], points=POINTS)

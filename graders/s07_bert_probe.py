@@ -143,10 +143,10 @@ ATTENTION_MAPS = Exercise(
     variants=[Variant("cat_encode", AM_CAT)],
     cases=[
         Case("short", "a short unseen sentence", args=[SHORT, "$ctx:model", "$ctx:tokenizer"],
-             labels=["tokens", "attn"], dtype="float64", atol=1e-4, rtol=0.0),
+             labels=["tokens", "attn"], dtype="float64", numerics=True, atol=1e-4, rtol=0.0),
         Case("subwords", "an unseen sentence with a word split into pieces",
              args=[HIDDEN_B, "$ctx:model", "$ctx:tokenizer"], labels=["tokens", "attn"], dtype="float64",
-             atol=1e-4, rtol=0.0),
+             numerics=True, atol=1e-4, rtol=0.0),
     ],
 )
 
@@ -408,4 +408,13 @@ RECEIVED = Exercise(
     ],
 )
 
-SECTION = Section("07_bert_probe", [ATTENTION_MAPS, ATTN_MIB, STRONGEST_HEAD, SPECIAL_TOKEN_SHARE, RECEIVED])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "attention_maps": {"short": 3, "subwords": 2},
+    "predicted_attn_mib": {"value": 2},
+    "strongest_head": {"coref": 1, "repeated": 1, "key_repeated": 1, "missing_query": 0.5, "missing_key": 0.5},
+    "special_token_share": {"pair": 2, "random": 2},
+    "received_attention": {"shipped": 0.875, "pair": 0.875, "random": 0.75, "float64": 0.25, "best_device": 0.25},
+}
+
+SECTION = Section("07_bert_probe", [ATTENTION_MAPS, ATTN_MIB, STRONGEST_HEAD, SPECIAL_TOKEN_SHARE, RECEIVED],
+                  points=POINTS)

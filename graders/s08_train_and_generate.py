@@ -502,4 +502,18 @@ PREDICT = Exercise(
                                 "gib": ("that is in GiB: the answer is asked in MiB (2^20 bytes).", 2.0)})],
 )
 
-SECTION = Section("08_train_and_generate", [LOSS, STEP, SAMPLE, GEN, CACHE, FIXED, PREDICT])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "next_token_loss": {"no_padding": 1.5, "padded": 1.5, "left_padded": 1.5, "float64": 0.125, "bfloat16": 0.125,
+                        "best_device": 0.125, "meta": 0.125},
+    "train_step": {"three_steps": 1.625, "max_norm": 1.625, "no_clipping_needed": 1.5, "float64": 0.125,
+                   "best_device": 0.125},
+    "sample_next": {"greedy": 1, "temperature": 0.875, "hot": 0.875, "top_k": 0.875, "top_k_temperature": 0.875,
+                    "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+    "generate": {"short": 1.25, "past_max_len": 1.25, "one_token": 1.25, "best_device": 0.125, "meta": 0.125},
+    "cached_attention": {"prefill": 1.875, "decode": 1.875, "chunk": 1.75, "float64": 0.125, "bfloat16": 0.125,
+                         "best_device": 0.125, "meta": 0.125},
+    "fixed_cached_sdpa": {"decode": 1.375, "chunk": 1.25, "long_chunk": 1.25, "best_device": 0.125},
+    "predicted_cache_mib": {"value": 2},
+}
+
+SECTION = Section("08_train_and_generate", [LOSS, STEP, SAMPLE, GEN, CACHE, FIXED, PREDICT], points=POINTS)

@@ -31,7 +31,7 @@ are the same in any), so it is checked on the best device only.
 
 import torch
 
-from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+from .spec import HF_SAMPLING, Case, Exercise, How, Mistake, Section, Shortcut, Variant, patch, source_cells
 
 CELLS = source_cells("09_language_model")   # the source notebook: solutions and given code are read from it
 
@@ -680,6 +680,15 @@ def top_p_filter(logits, p):
     return torch.where(probs >= cutoff, logits, torch.full_like(logits, float("-inf")))
 '''),
     ],
+    # the nucleus rule is what the student writes: transformers' logits processors are refused
+    how=How(refuse=(HF_SAMPLING,)),
+    shortcuts=[Shortcut("hf_warper", '''
+from transformers import TopPLogitsWarper
+
+
+def top_p_filter(logits, p):
+    return TopPLogitsWarper(top_p=float(p))(None, logits)
+''')],
     cases=[],
 )
 
@@ -700,4 +709,20 @@ TOPP.cases = [
     Case("meta", "on the meta device, p=0.9", args=_topp(), kwargs={"p": 0.9}, device="meta"),
 ]
 
-SECTION = Section("09_language_model", [PREDICT, PPL, ATTN, BLOCK, GPT, GROUPS, LR, EVAL, TOPP])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "predicted_loss": {"value": 2},
+    "perplexity": {"one_batch": 0.875, "unequal_batches": 0.875, "many_batches": 0.875, "float64": 0.125,
+                   "best_device": 0.125, "meta": 0.125},
+    "CausalSelfAttention": {"no_cache": 2, "cached_chunk": 1.875, "one_token": 1.875, "float64": 0.125,
+                            "best_device": 0.125},
+    "Block": {"no_cache": 1.875, "cached": 1.875, "float64": 0.125, "best_device": 0.125},
+    "GPT": {"full": 1.625, "cached": 1.625, "one_token": 1.5, "float64": 0.125, "best_device": 0.125},
+    "param_groups": {"gpt": 1.375, "deeper": 1.25, "mlp": 1.25, "best_device": 0.125},
+    "lr_at": {"short": 1, "long_warmup": 1, "past_the_end": 1, "min_lr_zero": 1},
+    "evaluate_loss": {"two_batches": 1.25, "unequal_batches": 1.25, "one_batch": 1.25, "float64": 0.125,
+                      "best_device": 0.125},
+    "top_p_filter": {"p_0.9": 1.125, "p_0.5": 1, "tiny_p": 1, "peaked": 1, "p_0": 0.5, "float64": 0.125,
+                     "best_device": 0.125, "meta": 0.125},
+}
+
+SECTION = Section("09_language_model", [PREDICT, PPL, ATTN, BLOCK, GPT, GROUPS, LR, EVAL, TOPP], points=POINTS)

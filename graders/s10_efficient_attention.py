@@ -5,12 +5,22 @@ Eight graded exercises: ``online_softmax``, ``tiled_attention``, ``predicted_byt
 through the notebook's locked ``given_window_probe`` cell: ``Exercise.wrap``), ``predicted_bf16_gap`` (predict,
 then measure) and ``combine_partials`` (find the bug: the notebook hands out the ``max_not_lse`` mistake).
 
+``online_softmax`` and ``tiled_attention`` are graded on how they compute too (``How``, judged from the tensor
+operations the kernel records): no operation may combine more numbers than a block holds, the number of blocks or
+(for a matrix product) the head size — a softmax, a maximum or a sum of a whole row at once breaks it; attention
+in tiles may not call F.scaled_dot_product_attention nor make a tensor larger than a few tiles (the ``long``
+cases hold ``T × T`` far above that).  Their ``shortcuts`` (``torch.softmax``, plain attention, SDPA, the full
+score matrix) lose those points; correct answers written otherwise (other loop orders, tile sizes, merges) keep
+them.
+
 ``SlidingWindowCache`` has no float64 case: its keys go through ``attncourse.teach.gpt.rotate``, which computes
 the angles in float32 (float32 rounding is then the reference's own).
 """
+import math
+
 import torch
 
-from .spec import Case, Exercise, Mistake, patch, Section, source_cells, Variant
+from .spec import SDPA, Case, Exercise, How, Mistake, Section, Shortcut, Variant, patch, source_cells
 
 CELLS = source_cells("10_efficient_attention")   # the source notebook: solutions and given code are read from it
 
@@ -72,6 +82,50 @@ def online_softmax(x, block):
     total = sum(lb * torch.exp(mb - m) for mb, lb in zip(maxima, sums))
     return torch.exp(x - m) / total
 '''),
+        Variant("stacked_stats", '''
+def online_softmax(x, block):
+    chunks = x.split(block, dim=-1)
+    maxima = torch.cat([c.amax(-1, keepdim=True) for c in chunks], dim=-1)     # (..., n_blocks)
+    m = maxima.amax(-1, keepdim=True)                                           # merge the blocks' maxima
+    sums = torch.cat([torch.exp(c - m).sum(-1, keepdim=True) for c in chunks], dim=-1)
+    return torch.exp(x - m) / sums.sum(-1, keepdim=True)
+'''),
+        Variant("block_softmax_backwards", '''
+def online_softmax(x, block):
+    m = l = None
+    for s in reversed(range(0, x.shape[-1], block)):             # the blocks from the last to the first
+        xb = x[..., s:s + block]
+        mb = xb.amax(-1, keepdim=True)
+        lb = torch.exp(torch.logsumexp(xb, dim=-1, keepdim=True) - mb)   # the block's sum, from its log-sum-exp
+        if m is None:
+            m, l = mb, lb
+        else:
+            m_new = torch.maximum(m, mb)
+            l = l * torch.exp(m - m_new) + lb * torch.exp(mb - m_new)
+            m = m_new
+    return torch.exp(x - m) / l
+'''),
+    ],
+    # One operation may combine at most a block's numbers, or one per block (merging the blocks' statistics):
+    # never the maximum, the sum or the softmax of a whole row at once (the Goal).
+    how=How(widest=lambda a, k: max(a[1], math.ceil(a[0].shape[-1] / a[1]))),
+    shortcuts=[
+        Shortcut("torch_softmax", "def online_softmax(x, block):\n    return torch.softmax(x, dim=-1)\n",
+                 keeps=("one_block", "block_1")),
+        Shortcut("whole_row", """
+def online_softmax(x, block):
+    m = x.amax(dim=-1, keepdim=True)                     # the maximum of the whole row at once
+    e = torch.exp(x - m)
+    return e / e.sum(dim=-1, keepdim=True)
+""", keeps=("one_block", "block_1")),
+        Shortcut("row_max_then_blocks", """
+def online_softmax(x, block):
+    m = x.max(dim=-1, keepdim=True).values               # the row's maximum first, then the sum in blocks
+    l = torch.zeros_like(m)
+    for start in range(0, x.shape[-1], block):
+        l = l + torch.exp(x[..., start:start + block] - m).sum(dim=-1, keepdim=True)
+    return torch.exp(x - m) / l
+""", keeps=("one_block", "block_1")),
     ],
     cases=[
         Case("blocks_of_2", "a (3, 8) input, blocks of 2", args=lambda g: (torch.randn(3, 8, generator=g), 2)),
@@ -115,10 +169,67 @@ def _tiled_case(name, what, qkv, block, causal=False, **kw):
     return Case(name, what, args=args, kwargs={"causal": True} if causal else {}, **kw)
 
 
+def _tile_widest(a, k):
+    """A tile's keys, the number of blocks, or the head size (q kᵀ's inner dimension): never all T_k keys."""
+    q, keys, block = a[0], a[1], a[3]
+    return max(block, math.ceil(keys.shape[-2] / block), q.shape[-1])
+
+
+def _tile_largest(a, k):
+    """The inputs, the output, or a few tiles (a (T_q, block) tile times the head size): never (T_q, T_k)."""
+    q, keys, v, block = a
+    lead = q.numel() // (q.shape[-2] * q.shape[-1])
+    d = max(q.shape[-1], v.shape[-1])
+    return max(q.numel(), keys.numel(), v.numel(), lead * q.shape[-2] * d * min(block, keys.shape[-2]))
+
+
 TILED = Exercise(
     name="tiled_attention",
     cell="tiled_attention",
     reference=TILED_REF,
+    how=How(refuse=(SDPA,), widest=_tile_widest, largest=_tile_largest),
+    shortcuts=[
+        Shortcut("plain", """
+def tiled_attention(q, k, v, block_size, causal=False):
+    scores = torch.einsum("...id,...jd->...ij", q, k) * q.shape[-1] ** -0.5    # the notebook's plain_attention
+    if causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.einsum("...ij,...jd->...id", scores.softmax(dim=-1), v)
+""", keeps=("one_block",)),
+        Shortcut("sdpa", "def tiled_attention(q, k, v, block_size, causal=False):\n"
+                 "    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)\n"),
+        Shortcut("full_scores_online", """
+def tiled_attention(q, k, v, block_size, causal=False):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])        # every score at once: (..., T_q, T_k)
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    for start in range(0, k.shape[-2], block_size):              # the online softmax over its column blocks
+        sb = s[..., start:start + block_size]
+        m_new = torch.maximum(m, sb.amax(-1, keepdim=True))
+        p = torch.exp(sb - m_new)
+        alpha = torch.exp(m - m_new)
+        l = l * alpha + p.sum(-1, keepdim=True)
+        acc = acc * alpha + p @ v[..., start:start + block_size, :]
+        m = m_new
+    return acc / l
+""", keeps=("basic", "heads", "one_block", "cross", "large_logits", "causal", "causal_heads", "float64",
+             "bfloat16", "best_device", "meta")),
+        Shortcut("row_by_row", """
+def tiled_attention(q, k, v, block_size, causal=False):
+    rows = []
+    for i in range(q.shape[-2]):                                  # one query at a time, all its keys at once
+        s = (q[..., i:i + 1, :] @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])    # (..., 1, T_k)
+        if causal:
+            s = s.masked_fill(torch.arange(k.shape[-2], device=q.device) > i, float("-inf"))
+        p = torch.exp(s - s.amax(-1, keepdim=True))
+        rows.append((p / p.sum(-1, keepdim=True)) @ v)
+    return torch.cat(rows, dim=-2)
+""", keeps=("one_block", "causal_block_1")),
+    ],
     mistakes=[
         Mistake("acc_not_rescaled", "the running output is not rescaled when the maximum grows: like the running "
                 "sum, acc holds terms exp(s − m_old)·v, so multiply it by exp(m_old − m_new) before adding the "
@@ -179,6 +290,65 @@ def tiled_attention(q, k, v, block_size, causal=False):
         lse = lse_new
     return o
 '''),
+        Variant("backwards_01_mask", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    m = torch.full((*q.shape[:-1], 1), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
+    qpos = torch.arange(T_q, device=q.device).reshape(-1, 1)
+    for start in reversed(range(0, T_k, block_size)):             # the blocks from the last to the first
+        stop = min(start + block_size, T_k)
+        s = torch.einsum("...id,...jd->...ij", q * q.shape[-1] ** -0.5, k[..., start:stop, :])
+        if causal:
+            allowed = (torch.arange(start, stop, device=q.device).reshape(1, -1) <= qpos).to(s.dtype)  # 0/1
+            s = s + torch.log(allowed)                            # log 0 = -inf where the key is in the future
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        scale_old = torch.exp(m - m_new).nan_to_num(0.0)          # a row that has seen only masked keys so far
+        p = torch.exp(s - m_new).nan_to_num(0.0)
+        l = l * scale_old + p.sum(-1, keepdim=True)
+        acc = acc * scale_old + p @ v[..., start:stop, :]
+        m = m_new
+    return acc / l
+'''),
+        Variant("tile_outer_products", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    d = q.shape[-1]
+    m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+    l = q.new_zeros((*q.shape[:-1], 1))
+    acc = q.new_zeros((*q.shape[:-1], v.shape[-1]))
+    for start in range(0, k.shape[-2], block_size):
+        kb, vb = k[..., start:start + block_size, :], v[..., start:start + block_size, :]
+        s = (q.unsqueeze(-2) * kb.unsqueeze(-3)).sum(-1) / math.sqrt(d)       # (..., T_q, b): products summed
+        if causal:
+            cols = torch.arange(start, start + kb.shape[-2], device=q.device)
+            s = torch.where(cols[None, :] <= torch.arange(q.shape[-2], device=q.device)[:, None], s,
+                            torch.tensor(float("-inf"), dtype=s.dtype, device=s.device))
+        m_new = torch.maximum(m, s.max(-1, keepdim=True).values)
+        p = (s - m_new).exp()
+        alpha = (m - m_new).exp()
+        l = alpha * l + p.sum(-1, keepdim=True)
+        acc = alpha * acc + (p.unsqueeze(-1) * vb.unsqueeze(-3)).sum(-2)      # (..., T_q, d_v)
+        m = m_new
+    return acc / l
+'''),
+        Variant("smaller_tiles", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    tile = max(1, block_size // 2)                                # tiles of half the block: even less memory
+    T_q = q.shape[-2]
+    m = torch.full(q.shape[:-1] + (1,), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    for start in range(0, k.shape[-2], tile):
+        s = torch.matmul(q, k[..., start:start + tile, :].mT) / math.sqrt(q.shape[-1])
+        if causal:
+            keys = torch.arange(start, start + s.shape[-1], device=q.device)
+            s = s.masked_fill(keys > torch.arange(T_q, device=q.device).unsqueeze(-1), float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        alpha, p = torch.exp(m - m_new), torch.exp(s - m_new)
+        l, acc, m = l * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ v[..., start:start + tile, :], m_new
+    return acc / l
+'''),
     ],
     cases=[
         _tiled_case("basic", "T=8, d=4, blocks of 3", _qkv(), 3),
@@ -198,6 +368,9 @@ def tiled_attention(q, k, v, block_size, causal=False):
                     _qkv(2, t_q=9), 4, causal=True, device="best", seed=10),
         _tiled_case("meta", "on the meta device, causal, (2, T=9, d=4), blocks of 4", _qkv(2, t_q=9), 4,
                     causal=True, device="meta"),
+        _tiled_case("long", "T=64, d=4, blocks of 8 (a (T, T) tensor is far more than a few tiles here)",
+                    _qkv(t_q=64), 8, seed=11),
+        _tiled_case("long_causal", "causal, (2, T=48, d=4), blocks of 6", _qkv(2, t_q=48), 6, causal=True, seed=12),
     ],
 )
 
@@ -375,7 +548,7 @@ WINDOW = Exercise(
                 _win("k = rotate(k, offset=self.seen)", "k, v = rotate(k, offset=self.seen), rotate(v, offset=self.seen)")),
         Mistake("positions_fixed_device", "the positions are created on the CPU.",
                 _win("torch.arange(self.seen, self.seen + t, device=k.device)", "torch.arange(self.seen, self.seen + t)"),
-                shows="a tensor is created on a fixed device"),
+                shows="a tensor is created on a fixed device", cause="fixed_device"),
     ],
     variants=[
         Variant("deque", '''
@@ -558,4 +731,27 @@ def combine_partials(o_a, lse_a, o_b, lse_b):
     ],
 )
 
-SECTION = Section("10_efficient_attention", [ONLINE, TILED, PRED_BYTES, GQA, PRED_CACHE, WINDOW, PRED_GAP, COMBINE])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    # one_block and block_1 cannot tell a whole-row softmax from the online one (one block is the row; with
+    # blocks of 1, merging the blocks' maxima is the row's maximum): they weigh least
+    "online_softmax": {"blocks_of_2": 0.875, "uneven": 0.75, "one_block": 0.5, "block_1": 0.625,
+                       "large_logits": 0.75, "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125,
+                       "meta": 0.125},
+    # long and long_causal are where a (T, T) tensor is far more than a few tiles
+    "tiled_attention": {"basic": 0.5, "heads": 0.5, "one_block": 0.375, "cross": 0.5, "large_logits": 0.5,
+                        "causal": 0.5, "causal_block_1": 0.5, "causal_heads": 0.625, "long": 0.75,
+                        "long_causal": 0.75, "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125,
+                        "meta": 0.125},
+    "predicted_bytes": {"value": 2},
+    "grouped_query_attention": {"gqa": 0.875, "mqa": 0.875, "mha": 0.875, "cross": 0.875, "float64": 0.125,
+                                "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+    "predicted_cache_mib": {"value": 2},
+    "SlidingWindowCache": {"one_by_one": 1.25, "long_prompt": 1.125, "chunks": 1.125, "wide_window": 1.125,
+                           "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+    "predicted_bf16_gap": {"value": 2},
+    "combine_partials": {"halves": 0.625, "heads": 0.625, "uneven": 0.625, "large_scores": 0.625, "float64": 0.125,
+                         "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+}
+
+SECTION = Section("10_efficient_attention", [ONLINE, TILED, PRED_BYTES, GQA, PRED_CACHE, WINDOW, PRED_GAP, COMBINE],
+                  points=POINTS)

@@ -6,7 +6,8 @@ the notebook hands out the ``lse_base2`` mistake) and ``flash_attention_backward
 kernel).
 
 Every case runs on the best device (a Triton kernel compiled for a GPU cannot take CPU tensors; on a CPU, and
-wherever the grading sandbox runs it, the kernel is interpreted), never on ``meta`` (a kernel cannot run there).
+wherever the grading sandbox runs it, the kernel is interpreted), never on ``meta`` (a kernel cannot run there):
+the device is the exercise's own (``native=True``), not a check of the device contract.
 The hidden cells wrap each launcher in a given function of the notebook (``Exercise.wrap``): ``kernel_only``
 refuses PyTorch's own math while the launcher runs (:func:`attncourse.teach.flash.no_torch_math`: a launcher that
 computes the answer with torch raises, and earns nothing); ``forward_probe`` and ``dkdv_probe`` also return how
@@ -94,13 +95,16 @@ def softmax_rows(x):
 '''),
     ],
     cases=[
-        Case("basic", "a (4, 10) input: a tile of 16 per row", args=_rows(4, 10), device="best"),
-        Case("power_of_two", "a (3, 16) input: the tile is the row", args=_rows(3, 16), device="best", seed=1),
-        Case("wide", "a (2, 300) input: a tile of 512", args=_rows(2, 300), device="best", seed=2),
-        Case("one_column", "a (5, 1) input", args=_rows(5, 1), device="best", seed=3),
+        Case("basic", "a (4, 10) input: a tile of 16 per row", args=_rows(4, 10), device="best", native=True),
+        Case("power_of_two", "a (3, 16) input: the tile is the row", args=_rows(3, 16), device="best", native=True,
+             seed=1),
+        Case("wide", "a (2, 300) input: a tile of 512", args=_rows(2, 300), device="best", native=True, seed=2),
+        Case("one_column", "a (5, 1) input", args=_rows(5, 1), device="best", native=True, seed=3),
         Case("large_logits", "logits in the thousands, (3, 20)", args=_rows(3, 20, scale=1000.0), device="best",
+             native=True,
              seed=4),
-        Case("float16", "float16, (4, 33)", args=_rows(4, 33, scale=3.0), dtype="float16", device="best", seed=5),
+        Case("float16", "float16, (4, 33)", args=_rows(4, 33, scale=3.0), dtype="float16", device="best", native=True,
+             seed=5),
     ],
 )
 
@@ -131,7 +135,7 @@ FWD_LABELS = ["output", "lse", "the number of key tiles loaded (tl.load calls th
 def _fwd_case(name, what, *shape, causal=False, tiles=(16, 16), **kw):
     scale, uniform = kw.pop("scale", 1.0), kw.pop("uniform_large", False)
     return Case(name, what, args=_attention_args(*shape, causal, *tiles, scale=scale, uniform_large=uniform),
-                labels=FWD_LABELS, device="best", **kw)
+                labels=FWD_LABELS, device="best", native=True, **kw)
 
 
 FORWARD_CASES = [
@@ -359,7 +363,7 @@ BWD_LABELS = ["dk", "dv", "the number of query tiles loaded (tl.load calls that 
 
 def _bwd_case(name, what, *shape, causal=False, tiles=(16, 16), scale=1.0, **kw):
     return Case(name, what, args=_backward_args(*shape, causal, *tiles, scale=scale), labels=BWD_LABELS,
-                device="best", **kw)
+                device="best", native=True, **kw)
 
 
 BACKWARD = Exercise(
@@ -465,4 +469,17 @@ def flash_attention_backward_dkdv(q, k, v, o, lse, do, causal=False, block_m=16,
     ],
 )
 
-SECTION = Section("11_flash_attention_triton", [SOFTMAX, FORWARD, PRED_TILES, EXP2, BACKWARD])
+POINTS = {   # what each hidden check is worth; a hidden cell's points are the sum of its checks'
+    "softmax_rows": {"basic": 0.625, "power_of_two": 0.5, "wide": 0.625, "one_column": 0.5, "large_logits": 0.625,
+                     "float16": 0.125},
+    "flash_attention_forward": {"basic": 1, "ragged": 1, "large_logits": 1, "uniform_large_values": 1,
+                                "causal": 0.75, "causal_ragged": 0.75, "wide_key_tiles": 0.625,
+                                "tall_query_tiles": 0.625, "short": 0.5, "float16": 0.125, "tiles_64": 0.625},
+    "predicted_tiles": {"value": 2},
+    "flash_forward_exp2": {"basic": 0.75, "causal": 0.75, "small_tiles": 0.75, "large_logits": 0.75},
+    "flash_attention_backward_dkdv": {"basic": 1, "ragged": 1, "large_logits": 1, "causal": 0.625,
+                                      "causal_ragged": 0.625, "wide_key_tiles": 0.625, "tall_query_tiles": 0.625,
+                                      "short": 0.5},
+}
+
+SECTION = Section("11_flash_attention_triton", [SOFTMAX, FORWARD, PRED_TILES, EXP2, BACKWARD], points=POINTS)

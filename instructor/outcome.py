@@ -62,8 +62,8 @@ def classify_log(log: str) -> str:
 
 
 def cell_failures(nb) -> tuple[list, list]:
-    """(failures, reasons) from an autograded notebook: (grade_id, why) of the grade cells that scored 0, and what
-    went wrong with the run (timeouts, tampering)."""
+    """(failures, reasons) from an autograded notebook: (grade_id, why) of the grade cells that lost points (the
+    first failed check, or why the whole cell scored 0), and what went wrong with the run (timeouts, tampering)."""
     failures = [(c.grade_id, c.failure) for c in grade_cells(nb) if c.failure]
     return failures, run_reasons(nb)
 
@@ -107,21 +107,18 @@ def student_entry(root: Path, section: str, student: str, release, scores: dict,
 
 
 def disagreements(nb, failures, cells) -> list[str]:
-    """Autograded cells whose gradebook score says otherwise than the judge's verdict (never expected: the judge
-    sets what nbgrader scores; a line here means something else wrote a score)."""
-    failed = {gid for gid, _ in failures}
+    """Autograded cells whose gradebook score is not the judge's (never expected: the judge writes the one score
+    nbgrader reads; a line here means something else wrote a score)."""
+    verdicts = {c.grade_id: c for c in grade_cells(nb)}
     out = []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        gid = meta.get("grade_id")
-        if cell.cell_type != "code" or not meta.get("grade") or gid not in cells:
+    for gid, (score, full) in cells.items():
+        c = verdicts.get(gid)
+        if c is None or not full or c.visible:
             continue
-        score, full = cells[gid]
-        if not full:
-            continue
-        if (gid in failed and score) or (gid not in failed and score != full):
-            out.append(f"score and verdict disagree in {gid} ({score:g} / {full:g} in the gradebook, "
-                       f"{'✗' if gid in failed else '✓'} in the notebook)")
+        judged = c.score if c.score is not None else 0.0
+        if abs(float(score or 0) - judged) > 1e-6:
+            out.append(f"score and verdict disagree in {gid} ({float(score or 0):g} / {full:g} in the gradebook, "
+                       f"{judged:g} from the judge)")
     return out
 
 

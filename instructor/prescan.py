@@ -59,6 +59,17 @@ SUSPECT_ATTRIBUTES = {
 }
 
 
+# What hides a computation from the kernel's record of how an answer was computed (attncourse/kernel/watch.py):
+# PyTorch's mode stacks popped or disabled, the profile function replaced.
+HIDES = "hides its computation from the grader's record (PyTorch's modes, the profiler)"
+HIDING = {name: HIDES for name in (
+    "_disable_current_modes", "DisableTorchFunction", "DisableTorchFunctionSubclass", "_DisableTorchDispatch",
+    "_pop_mode", "_pop_mode_temporarily", "_pop_torch_function_stack", "_pop_torch_dispatch_stack",
+    "_set_torch_function_mode", "_len_torch_function_stack", "_get_current_dispatch_mode_stack",
+    "TorchDispatchMode", "TorchFunctionMode", "setprofile", "settrace", "getprofile", "gettrace")}
+SUSPECT_ATTRIBUTES.update(HIDING)
+
+
 SUSPECT_NAMES = {
     "exec": "runs code built at run time (exec/eval/compile/__import__)",
     "eval": "runs code built at run time (exec/eval/compile/__import__)",
@@ -66,10 +77,12 @@ SUSPECT_NAMES = {
     "__import__": "runs code built at run time (exec/eval/compile/__import__)",
     "get_ipython": "uses IPython internals", "clear_output": "clears cell outputs",
     "GRADER": "a student cell uses GRADER",
+    **HIDING,
 }
 
 
-SUSPECT_MODULES = {"ctypes", "subprocess", "socket", "importlib", "inspect", "gc", "ptrace", "signal", "IPython"}
+SUSPECT_MODULES = {"ctypes", "subprocess", "socket", "importlib", "inspect", "gc", "ptrace", "signal", "IPython",
+                   "torch.utils._python_dispatch", "torch.overrides"}
 GRADER_MODULES = ("attncourse.kernel", "attncourse.protocol", "attncourse.judge", "attncourse.selfcheck", "judge.")
 
 

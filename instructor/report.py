@@ -61,8 +61,41 @@ def _cells_of(root: Path, section: str) -> list[dict]:
     return out
 
 
+def _checks_of(root: Path, section: str, cells: list) -> list[dict]:
+    """Every hidden check of the section, in order: its key (``exercise:case``), its name as the student reads
+    it, its points and its cell (from the source notebook's locked cells and the section's reference data)."""
+    import nbformat
+
+    from attncourse.protocol.calls import check_calls
+    from attncourse.protocol.cases import StoredCase, label
+    from judge.preprocessors import reference_data
+
+    data = reference_data(str(root), section)
+    stored = (data[0] if data else {}).get("cases") or {}
+    nb = nbformat.read(str(root / "source" / section / f"{section}.ipynb"), as_version=4)
+    points = {c["cell"]: c["points"] for c in cells}
+    out = []
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if c.cell_type != "code" or gid not in points:
+            continue
+        calls = check_calls(c.source)
+        weights = [float((stored.get(f"{ex}:{case}") or {}).get("points") or 1.0) for ex, case in calls]
+        total = sum(weights) or 1.0
+        for (ex, case), w in zip(calls, weights):
+            spec = stored.get(f"{ex}:{case}")
+            out.append({"key": f"{ex}:{case}", "name": label(ex, StoredCase.from_dict(spec) if spec else None, case),
+                        "points": round(points[gid] * w / total, 6), "cell": gid})
+    return out
+
+
 def collect(root: Path, section: str) -> dict:
-    """Everything the report shows, from the gradebook, the autograded notebooks and the grading record."""
+    """Everything the report shows, from the gradebook, the autograded notebooks and the grading record.
+
+    Every pass rate counts every graded student (the gradebook has their scores): a hidden check with no verdict
+    in a student's notebook (the cell stopped before it, the notebook could not be read) did not pass.  A named
+    mistake is counted where the judge named it, by its cause (one row per cause, whichever exercise made it),
+    and never for an exercise the student left as it was handed out."""
     import nbformat
 
     root = Path(root)
@@ -72,8 +105,10 @@ def collect(root: Path, section: str) -> dict:
     rep = section_report(root, section, students, {}, state, db_url, course_id,
                          *graded_sandbox(root, section, students))   # as graded, not as this machine is now
     cells = _cells_of(root, section)
-    checks = defaultdict(lambda: [0, 0])                 # check label -> [passed, total]
-    mistakes = defaultdict(set)                          # cause -> students
+    hidden = _checks_of(root, section, cells)
+    graded = [s for s, e in rep["students"].items() if e.get("cells")]
+    passed = {s: set() for s in graded}                  # student -> keys of the hidden checks that passed
+    mistakes: dict = {}                                  # cause key -> {"title", "students"}
     limits = {}                                          # student -> checks that hit a limit
     for s in students:
         p = root / "autograded" / s / section / f"{section}.ipynb"
@@ -87,17 +122,22 @@ def collect(root: Path, section: str) -> dict:
             limits[s] = [f"report failed for this submission: {type(exc).__name__}: {first_line(str(exc))}"]
             continue
         for c in cells_of_s:
-            for passed, name in c.checks:
-                checks[name][1] += 1
-                checks[name][0] += passed
-            for cause in c.causes:
-                mistakes[cause].add(s)
+            for chk in c.checks:
+                if chk.passed and s in passed:
+                    passed[s].add(chk.key)
+                if chk.cause and not chk.untouched:
+                    row = mistakes.setdefault(chk.cause, {"title": chk.title or chk.cause, "students": set()})
+                    row["students"].add(s)
+    checks = {h["key"]: {"name": h["name"], "points": h["points"],
+                         "passed": sum(1 for s in graded if h["key"] in passed[s]), "graded": len(graded)}
+              for h in hidden}
     faults, tamper = [], []
     for s, e in rep["students"].items():
         for r in list(e["reasons"]) + [r for r in limits.get(s, []) if r not in e["reasons"]]:
             (tamper if r.startswith("tampering suspected") else faults).append((s, r))
-    return {"section": section, "report": rep, "cells": cells, "checks": dict(checks),
-            "mistakes": {k: sorted(v) for k, v in mistakes.items()}, "faults": faults, "tamper": tamper}
+    return {"section": section, "report": rep, "cells": cells, "checks": checks,
+            "mistakes": {k: {"title": v["title"], "students": sorted(v["students"])} for k, v in mistakes.items()},
+            "faults": faults, "tamper": tamper}
 
 
 def _write_csv(path: Path, header, rows):
@@ -195,16 +235,18 @@ def write_report(root: Path, section: str, out: Path | None = None) -> Path:
             if c["kind"] != "manual":
                 by_ex[c["exercise"]][s] &= got is not None and got >= full
     ex_rows = sorted(((ex, sum(v.values()), len(v)) for ex, v in by_ex.items()), key=lambda r: r[1] / max(r[2], 1))
-    check_rows = sorted(((k, p, t) for k, (p, t) in data["checks"].items()), key=lambda r: (r[1] / max(r[2], 1), r[0]))
-    mistake_rows = sorted(data["mistakes"].items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    check_rows = sorted(((c["name"], c["points"], c["passed"], c["graded"]) for c in data["checks"].values()),
+                        key=lambda r: (r[2] / max(r[3], 1), r[0]))
+    mistake_rows = sorted(((m["title"], m["students"]) for m in data["mistakes"].values()),
+                          key=lambda kv: (-len(kv[1]), kv[0]))
 
     _write_csv(out / "cells.csv", ["student", "cell", "exercise", "kind", "score", "max_score"], cell_rows)
     _write_csv(out / "students.csv", ["student", "score", "max_score", "reasons"],
                [[s, e["score"], e["max_score"], " | ".join(e["reasons"])] for s, e in students.items()])
     _write_csv(out / "exercises.csv", ["exercise", "passed", "students", "pass_rate"],
                [[ex, p, t, round(p / t, 3) if t else ""] for ex, p, t in ex_rows])
-    _write_csv(out / "checks.csv", ["check", "passed", "graded", "pass_rate"],
-               [[k, p, t, round(p / t, 3) if t else ""] for k, p, t in check_rows])
+    _write_csv(out / "checks.csv", ["check", "points", "passed", "graded", "pass_rate"],
+               [[k, f"{w:g}", p, t, round(p / t, 3) if t else ""] for k, w, p, t in check_rows])
     _write_csv(out / "mistakes.csv", ["most_likely_cause", "students", "student_ids"],
                [[m, len(ss), " ".join(ss)] for m, ss in mistake_rows])
     _write_csv(out / "faults.csv", ["student", "fault"], data["faults"])
@@ -217,9 +259,10 @@ def write_report(root: Path, section: str, out: Path | None = None) -> Path:
               "Pass rate per exercise (all of its cells full marks)", "% of graded students", (0, 112),
               [f"{100 * r[1] / max(r[2], 1):.0f}% ({r[1]}/{r[2]})" for r in ex_rows])
     if check_rows:
-        _barh(out / "checks.png", [r[0] for r in check_rows], [100 * r[1] / max(r[2], 1) for r in check_rows],
-              "Pass rate per hidden check", "% of students whose record passed", (0, 112),
-              [f"{100 * r[1] / max(r[2], 1):.0f}% ({r[1]}/{r[2]})" for r in check_rows], color="#8172B2")
+        _barh(out / "checks.png", [f"{r[0]} · {r[1]:g} pt" for r in check_rows],
+              [100 * r[2] / max(r[3], 1) for r in check_rows],
+              "Pass rate per hidden check (every graded student; its points)", "% of graded students", (0, 112),
+              [f"{100 * r[2] / max(r[3], 1):.0f}% ({r[2]}/{r[3]})" for r in check_rows], color="#8172B2")
     if mistake_rows:
         _barh(out / "mistakes.png", [m for m, _ in mistake_rows[:25]], [len(ss) for _, ss in mistake_rows[:25]],
               "Named mistakes, by how many students made them", "students", None, None, color="#C44E52")
@@ -232,6 +275,7 @@ def write_report(root: Path, section: str, out: Path | None = None) -> Path:
                "full": sum(1 for v in scores if max_score and v >= max_score),
                "faults": len({s for s, _ in data["faults"]}), "tamper": len({s for s, _ in data["tamper"]})},
         mistakes=[[m, len(ss), " ".join(ss)] for m, ss in mistake_rows],
+        checks=[[k, f"{w:g}", f"{p} / {t}", f"{100 * p / t:.0f}%" if t else ""] for k, w, p, t in check_rows],
         faults=data["faults"], tamper=data["tamper"],
         students=[[s, f"{e['score']:g}", f"{e['max_score']:g}", "; ".join(e["reasons"])] for s, e in students.items()])
     (out / "index.html").write_text(page, encoding="utf-8")

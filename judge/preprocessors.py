@@ -22,11 +22,13 @@ exactly one record per check, in order, and judges each record against the
 instructor's reference (:func:`judge.verdict.judge_record`).  The verdict is
 written as data into the cell's metadata (``cell.metadata["attncourse"]``, the format is in
 :mod:`judge.autograded`, its one reader); the records in the outputs are replaced by
-what the student may see: ``✓ check`` lines, and for a failed check an error output carrying
-the judge's message (nothing reads those words back).  Then, for every grade cell, it removes
-whatever nbgrader would read as a score that the judge did not put there: an
-``execute_result`` (nbgrader's partial credit) becomes plain display data.  Missing,
-extra, repeated or reordered records make the cell score 0 with "tampering
+what the student may see: ``✓ check  [points]`` / ``✗ check  [0 / points]`` lines with the judge's
+message under a failed one, and the cell's points (nothing reads those words back).  Then, for every
+grade cell, it removes whatever nbgrader would read as a score that the judge did not put there (an
+``execute_result`` becomes plain display data) and writes the one it did: the cell's score as its last
+output, an ``execute_result`` (nbgrader's partial credit, :func:`score_output`): the points of the checks
+that pass (credit per check), or 0 where the cell is zeroed (a time-out, an error outside the checks,
+stderr, tampering).  Missing, extra, repeated or reordered records make the cell score 0 with "tampering
 suspected".  Visible-check cells are worth 0 points (their verdict is made in the
 kernel, which the student controls): every point comes from the judge.  Whether a cell
 hit nbgrader's cell timeout is what ``IsolatedExecute`` saw, never an error's name (student
@@ -57,7 +59,7 @@ from attncourse.protocol.cases import INPUTS_FILE, StoredCase, inputs_only, labe
 from .autograded import KEY, SCHEMA, first_line
 from .kernels import SandboxedKernelManager
 from .output_caps import RESOURCES_KEY, OutputCaps
-from .verdict import judge_record
+from .verdict import cell_score, earn, judge_record
 from attncourse.protocol.records import MIME
 from .sanitize import safe_notebook
 
@@ -251,24 +253,58 @@ class JudgeRecords(_CourseRoot, NbGraderPreprocessor):
         nb.metadata.pop(KEY, None)   # the student's notebook: no verdict in it is ever read
         for cell in nb.cells:
             cell.metadata.pop(KEY, None)
+        untouched = untouched_exercises(nb, reference)
+        scores = {}                  # index of a hidden cell -> the judge's verdict on it
         for i, cell in enumerate(nb.cells):
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "code":
                 calls = check_calls(cell.source) if meta.get("grade") else []
                 if calls:
-                    judge_cell(cell, calls, reference, timed_out=i in timed_out, overflow=overflow.get(i))
+                    scores[i] = judge_cell(cell, calls, reference, timed_out=i in timed_out, overflow=overflow.get(i),
+                                           untouched=untouched)
                 else:   # records in a cell that asked for none earn nothing there
                     cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
                     cell.metadata[KEY] = verdict(cell.outputs, [], [], [], i in timed_out)
         safe_notebook(nb)   # outputs, markdown, raw cells and widget state, safe to show an instructor
+        for i, found in scores.items():   # the judge's score, the one execute_result nbgrader reads: the last output
+            nb.cells[i].outputs.append(score_output(found, nb.cells[i].get("execution_count")))
         return nb, resources
 
 
+def untouched_exercises(nb, reference) -> frozenset:
+    """The exercises whose solution cell is as it was handed out (the stub, or a find-the-bug handout): nbgrader's
+    own test, the cell's checksum against the released one (``OverwriteCells`` restores that from the gradebook).
+    Their checks earn nothing, and the class report names no mistake for them."""
+    from nbgrader.utils import compute_checksum
+
+    cells = (reference or {}).get("cells") or {}       # exercise -> grade_id of its solution cell
+    by_cell: dict = {}
+    for ex, gid in cells.items():
+        by_cell.setdefault(gid, []).append(ex)
+    out = set()
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader") or {}
+        gid = meta.get("grade_id")
+        if meta.get("solution") and gid in by_cell and meta.get("checksum"):
+            try:
+                same = compute_checksum(cell) == meta["checksum"]
+            except Exception:  # noqa: BLE001 - a cell nbgrader cannot checksum is not the handed-out one
+                same = False
+            if same:
+                out.update(by_cell[gid])
+    return frozenset(out)
+
+
 # -- the verdict ----------------------------------------------------------------------------------------
-def verdict(outputs, checks: list, tampering: list, notes: list, timed_out: bool) -> dict:
+def verdict(outputs, checks: list, tampering: list, notes: list, timed_out: bool, points: float = 0.0) -> dict:
     """The judge's record of one code cell (the format: :mod:`judge.autograded`).  ``outputs``: what
-    the kernel left in the cell, before the judge's own error output; ``checks``: the judged hidden checks;
-    ``tampering``: why the judge scores the cell 0 whatever its checks; ``notes``: the grader's flags."""
+    the kernel left in the cell, before the judge's own outputs; ``checks``: the judged hidden checks, each with its
+    ``weight`` and the ``points`` it earned; ``tampering``: why the judge scores the cell 0 whatever its checks;
+    ``notes``: the grader's flags; ``points``: the cell's nbgrader points.
+
+    A cell is scored 0 whatever its checks (``zeroed``) when nbgrader's cell time limit stopped it, the kernel
+    raised an error outside the checks (a name that is not defined: the cell stopped), tampering was found, or
+    it printed on stderr; otherwise it earns the points of the checks that pass."""
     errors = [o for o in outputs if o.get("output_type") == "error"]
     stderr = "".join(_text(o.get("text")) for o in outputs
                      if o.get("output_type") == "stream" and o.get("name") == "stderr")
@@ -276,29 +312,45 @@ def verdict(outputs, checks: list, tampering: list, notes: list, timed_out: bool
               "evalue": first_line(str(errors[0].get("evalue") or ""), 400)} if errors else None)
     failed = [c for c in checks if not c["passed"]]
     if timed_out:
-        failure = "timed out (nbgrader's time limit: the cell's, or the notebook's)"
+        zeroed = "timed out (nbgrader's time limit: the cell's, or the notebook's)"
     elif error:
-        failure = f"{error['ename']}: {error['evalue']}" if error["evalue"] else error["ename"]
+        zeroed = f"{error['ename']}: {error['evalue']}" if error["evalue"] else error["ename"]
     elif tampering:
-        failure = f"{TAMPERING}: {tampering[0]}"
+        zeroed = f"{TAMPERING}: {tampering[0]}"
+    elif stderr:
+        zeroed = "printed on stderr: " + first_line(stderr)
+    else:
+        zeroed = None
+    score = 0.0 if zeroed else cell_score(points, checks)
+    if zeroed:
+        failure = zeroed
     elif failed:
         failure = f"{failed[0]['name']}: {failed[0]['message']}"
-    elif stderr:
-        failure = "printed on stderr: " + first_line(stderr)
     else:
         failure = None
-    return {"schema": SCHEMA, "checks": checks, "tampering": tampering, "notes": notes, "timed_out": timed_out,
-            "error": error, "stderr": first_line(stderr) if stderr else None,
-            "failure": first_line(failure) if failure else None}
+    return {"schema": SCHEMA, "points": float(points), "score": score, "checks": checks, "tampering": tampering,
+            "notes": notes, "timed_out": timed_out, "error": error, "stderr": first_line(stderr) if stderr else None,
+            "zeroed": first_line(zeroed) if zeroed else None, "failure": first_line(failure) if failure else None}
 
 
-def judge_cell(cell, calls, reference, timed_out: bool = False, overflow: str | None = None) -> dict:
-    """Replace the records in ``cell`` by verdicts; add an error output when any check failed; write the
-    verdict as data into ``cell.metadata["attncourse"]`` and return it.
+def score_output(found: dict, execution_count=None) -> NotebookNode:
+    """The cell's score as nbgrader reads it (``nbgrader.utils.determine_grade``: the first ``execute_result`` that
+    casts to a float is a code grade cell's partial credit; an error or a stderr stream before it scores 0)."""
+    return NotebookNode(output_type="execute_result", data={"text/plain": repr(float(found["score"]))}, metadata={},
+                        execution_count=execution_count)
+
+
+def judge_cell(cell, calls, reference, timed_out: bool = False, overflow: str | None = None,
+               untouched: frozenset = frozenset()) -> dict:
+    """Replace the records in ``cell`` by verdicts (one line per check, with the points it earned); write the
+    verdict as data into ``cell.metadata["attncourse"]`` and return it (its ``score`` is what the cell earns: the
+    caller writes it as the cell's one ``execute_result``, :func:`score_output`).
 
     ``overflow``: why the kernel's records in this cell went over their cap (IsolatedExecute dropped some):
-    its records are discarded and the cell scores 0, with that reason.
+    its records are discarded and the cell scores 0, with that reason.  ``untouched``: exercises whose solution
+    cell is as it was handed out (:func:`untouched_exercises`): their checks earn nothing.
     """
+    points = float(((cell.get("metadata") or {}).get("nbgrader") or {}).get("points", 0) or 0)
     if overflow:
         cell.outputs = [o for o in cell.get("outputs", []) if MIME not in (o.get("data") or {})]
     outputs, records = [], []
@@ -310,8 +362,9 @@ def judge_cell(cell, calls, reference, timed_out: bool = False, overflow: str | 
         else:
             outputs.append(o)
     kernel = [o for o in outputs if o is not None]
-    errored = timed_out or any(o.get("output_type") == "error" for o in kernel)
-    tampering, checks, notes = [], [], []
+    errors = [o for o in kernel if o.get("output_type") == "error"]
+    errored = timed_out or bool(errors)
+    tampering, notes = [], []
     got_calls = [(r.get("exercise"), r.get("case")) if isinstance(r, dict) else (None, None) for _, r in records]
     numbers = [r.get("n") if isinstance(r, dict) else None for _, r in records]
     bound = (got_calls == calls and all(isinstance(n, int) for n in numbers)
@@ -324,38 +377,80 @@ def judge_cell(cell, calls, reference, timed_out: bool = False, overflow: str | 
         tampering.append("the instructor's reference data for this section is missing: this check cannot be judged")
     elif not bound:
         tampering.append(_binding_problem(calls, got_calls))
-    lines, first = [], None
+    cases = (reference or {}).get("cases") or {}
+    messages = (reference or {}).get("messages") or {}
+    judged = {}                                  # index of a call -> (index of its output, problem)
     if reference is not None and (bound or errored):
-        cases, messages = reference["cases"], reference.get("messages", {})
-        for (idx, rec), (ex, case) in zip(records, calls):
+        for i, ((idx, rec), (ex, case)) in enumerate(zip(records, calls)):
             if not isinstance(rec, dict) or (rec.get("exercise"), rec.get("case")) != (ex, case):
                 break
             spec_dict = cases.get(f"{ex}:{case}")
             spec = StoredCase.from_dict(spec_dict) if spec_dict is not None else None
-            name = label(ex, spec, case)
-            problem = judge_record(spec, rec, messages)
+            judged[i] = (idx, judge_record(spec, rec, messages))
             notes += [n for n in rec.get("notes") or [] if isinstance(n, str)]
-            first = idx if first is None else first
-            checks.append({"name": name, "passed": problem is None, "message": problem and str(problem),
-                           "cause": getattr(problem, "cause", None), "limit": getattr(problem, "limit", None)})
-            lines += [f"✓ {name}"] if problem is None else [f"✗ {name}"] + _wrap(problem, indent="    ")
+            if getattr(judged[i][1], "tampering", False) and not errored:   # a forged record: the cell scores 0
+                tampering.append(f"tampering suspected: {label(ex, spec, case)}: {judged[i][1]}; this cell scores 0")
+    if timed_out:
+        stopped = "not checked: the cell hit nbgrader's time limit before this check"
+    elif errors:
+        stopped = f"not checked: the cell stopped before this check ({first_line(str(errors[0].get('ename')), 80)})"
+    else:
+        stopped = "not judged: " + (tampering[0] if tampering else "no record came back for it")
+    checks = [_check(ex, case, cases.get(f"{ex}:{case}"), judged[i][1] if i in judged else stopped, i in judged,
+                     reference, untouched) for i, (ex, case) in enumerate(calls)]
+    earn(checks, points)
+    lines = []
+    for c, i in zip(checks, range(len(calls))):
+        if i not in judged:
+            continue
+        worth = f"{_pts(c['points'])} / {_pts(c['weight'])}"
+        lines += ([f"✓ {c['name']}  [{worth}]"] if c["passed"]
+                  else [f"✗ {c['name']}  [{worth}]"] + _wrap(c["message"], indent="    "))
+    found = verdict(kernel, checks, tampering, list(dict.fromkeys(notes)), timed_out, points)
+    if lines:
+        lines.append(_summary(found, len(judged), len(calls)))
     # one readable block of verdicts where the first record was; the records themselves are dropped
+    first = min((judged[i][0] for i in judged), default=None)
     verdicts = {first: _stream("\n".join(lines) + "\n")} if lines else {}
     cell.outputs = [verdicts.get(i, o) for i, o in enumerate(outputs) if o is not None or i in verdicts]
-    notes = list(dict.fromkeys(notes))
-    if notes:
-        cell.outputs.append(_stream("(tampering suspected: " + "; ".join(notes) + ")\n"))
-    failed = [f"{c['name']}: {c['message']}" for c in checks if not c["passed"]]
-    if (tampering or failed) and not errored:
-        if tampering:   # no verdict lines above: the reason is the traceback
-            ename, message = TAMPERING, "\n".join(tampering + failed)
-            shown = [f"{ename}:"] + [w for m in message.split("\n") for w in _wrap(m)]
-        else:           # the reasons are in the verdict lines above
-            ename, message = "GradingError", "\n".join(failed)
-            shown = [f"{ename}: {len(failed)} of {len(calls)} checks in this cell failed (the reasons are above)"]
-        cell.outputs.append(NotebookNode(output_type="error", ename=ename, evalue=message, traceback=shown))
-    cell.metadata[KEY] = found = verdict(kernel, checks, tampering, notes, timed_out)
+    if found["notes"]:
+        cell.outputs.append(_stream("(tampering suspected: " + "; ".join(found["notes"]) + ")\n"))
+    if tampering and not errored:   # the reason, as an error output: nbgrader scores the cell 0 there
+        message = "\n".join(tampering)
+        shown = [f"{TAMPERING}:"] + [w for m in message.split("\n") for w in _wrap(m)]
+        cell.outputs.append(NotebookNode(output_type="error", ename=TAMPERING, evalue=message, traceback=shown))
+    cell.metadata[KEY] = found
     return found
+
+
+def _check(ex, case, spec_dict, problem, judged: bool, reference, untouched) -> dict:
+    """One hidden check's verdict as data (its ``points`` are filled in by :func:`_earn`)."""
+    spec = StoredCase.from_dict(spec_dict) if spec_dict is not None else None
+    weight = spec.points if spec is not None and spec.points is not None else 1.0
+    if judged and problem is None and ex in untouched:
+        problem = "not attempted: the code is as it was handed out (it earns nothing until you change it)"
+    mistake = getattr(problem, "mistake", None)
+    causes = (reference or {}).get("causes") or {}
+    cause_key = causes.get(mistake, mistake) if mistake else None
+    return {"name": label(ex, spec, case), "case": f"{ex}:{case}", "passed": problem is None,
+            "weight": float(weight), "points": 0.0, "message": problem and str(problem),
+            "cause": getattr(problem, "cause", None), "cause_key": cause_key,
+            "cause_title": ((reference or {}).get("titles") or {}).get(cause_key) if cause_key else None,
+            "limit": getattr(problem, "limit", None), "judged": judged, "untouched": ex in untouched}
+
+
+def _pts(x: float) -> str:
+    return f"{x:.3f}".rstrip("0").rstrip(".") or "0"
+
+
+def _summary(found: dict, judged: int, calls: int) -> str:
+    if found["zeroed"]:
+        return f"→ 0 of {_pts(found['points'])} points: {found['zeroed']}"
+    failed = sum(1 for c in found["checks"] if not c["passed"])
+    if not failed:
+        return f"→ {_pts(found['score'])} of {_pts(found['points'])} points: every check passed"
+    return (f"→ {_pts(found['score'])} of {_pts(found['points'])} points: {failed} of {calls} checks failed "
+            "(the reasons are above)")
 
 
 def _text(value) -> str:
@@ -366,7 +461,8 @@ def _wrap(text: str, indent: str = "", width: int = 100) -> list[str]:
     """Feedback lines that fit a page: nbgrader's HTML shows outputs unwrapped."""
     import textwrap
 
-    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent) or [indent]
+    return textwrap.wrap(text, width=width, initial_indent=indent, subsequent_indent=indent,
+                         break_on_hyphens=False) or [indent]
 
 
 def _binding_problem(calls, got) -> str:

@@ -16,12 +16,13 @@ when no autograder is judging.
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from attncourse.protocol.cases import DEVICE_ARG, StoredCase
-from .diagnose import matches, which_mistake
+from .diagnose import matches, which_mistake_key
 from attncourse.protocol.records import Got, decode
 
 # Tolerances by dtype and device kind: (atol, rtol).  float32 on an
@@ -37,22 +38,36 @@ TOLERANCES = {
     ("float16", "accel"): (1e-2, 1e-2),
 }
 GENERIC_HINT = "It matches none of the common mistakes; re-check each step on a tiny example by hand."
+# The causes the judge names without a catalogued mistake (the class report counts them as any other cause).
+FIXED_DEVICE, FIXED_DTYPE = "fixed_device", "fixed_dtype"
 
 
 class Problem(str):
     """Why a check failed, as the student reads it; what the judge named in it is data beside the words:
-    ``cause`` the most likely mistake (the text after "Most likely cause:"), ``limit`` the check's own limit
-    it hit ("check timed out", "check ran out of memory")."""
+    ``cause`` the most likely mistake (the text after "Most likely cause:"), ``mistake`` its key in the
+    section's data (``"exercise.key"`` of a catalogued mistake, ``"exercise.how.<rule>"`` of a rule on how the
+    answer is computed), ``limit`` the check's own limit it hit ("check timed out", "check ran out of
+    memory"), ``tampering`` a record no honest kernel makes."""
 
     cause: str | None = None
+    mistake: str | None = None
     limit: str | None = None
+    tampering: bool = False     # a record no honest kernel makes: the judge scores the whole cell 0
 
 
-def problem(message: str, cause: str | None = None, limit: str | None = None) -> Problem:
+def problem(message: str, cause: str | None = None, limit: str | None = None, mistake: str | None = None) -> Problem:
     """A :class:`Problem`; with a ``cause``, the message ends "Most likely cause: <cause>"."""
     p = Problem(f"{message}. Most likely cause: {cause}" if cause else message)
     p.cause = cause.strip().split("\n")[0].rstrip(".") if cause else None
     p.limit = limit
+    p.mistake = mistake
+    return p
+
+
+def suspect(message: str) -> Problem:
+    """A :class:`Problem` with a record no honest kernel makes (tampering suspected): its cell scores 0."""
+    p = Problem(message)
+    p.tampering = True
     return p
 
 
@@ -139,9 +154,81 @@ def plain(obj):
 
 
 def judge_record(spec: StoredCase | None, record: dict, messages: dict) -> Problem | None:
-    """``None`` if the record shows a correct answer for ``spec``, else what is wrong (no reference values)."""
+    """``None`` if the record shows a correct answer for ``spec``, else what is wrong (no reference values).
+
+    A case with rules on how its answer is computed (``spec.how``) is judged on them once its answer is right
+    (:func:`judge_how`): a wrong answer is told what is wrong with it first."""
     found = _judge(spec, record, messages)
+    if found is None and spec is not None and spec.how:
+        found = judge_how(spec, record, messages)
     return found if found is None or isinstance(found, Problem) else Problem(found)
+
+
+# -- a cell's score from its checks ------------------------------------------------------------------------------
+def earn(checks: list, points: float) -> None:
+    """Each check's share of the cell's ``points``: its weight, scaled so that the weights sum to the points (the
+    build makes them equal; data built before a change of points still scores the share)."""
+    total = sum(c["weight"] for c in checks)
+    for c in checks:
+        c["weight"] = round(points * c["weight"] / total, 6) if total else 0.0
+        c["points"] = c["weight"] if c["passed"] else 0.0
+
+
+def cell_score(points: float, checks: list) -> float:
+    """What a cell earns from its checks: the points of those that pass (all of them: exactly ``points``)."""
+    if checks and all(c["passed"] for c in checks):
+        return float(points)
+    return max(0.0, min(float(points), round(sum(c["points"] for c in checks if c["passed"]), 6)))
+
+
+# -- how the answer was computed ------------------------------------------------------------------------------
+HOW_WORDS = {   # what a broken rule tells the student when the section gives no words of its own
+    "widest": "one operation combined {got} numbers into one, more than this case allows ({limit}): the "
+              "computation was done on the whole at once instead of in the pieces the exercise asks for",
+    "largest": "a tensor of {got} elements was made, more than this case allows ({limit}): the computation "
+               "holds what the exercise asks it never to hold",
+    "count": "{got} tensor operations ran, more than this case allows ({limit}): a Python loop where the "
+             "exercise asks for whole-tensor operations",
+    "left": "{got} numbers left torch for Python or NumPy (.numpy(), .tolist(), .item(), float(...)): this "
+            "exercise is graded on the tensor operations it runs, which the grader sees only in torch",
+}
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """A recorded name against a rule's pattern (``*`` stands for any run of characters)."""
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def judge_how(spec: StoredCase, record: dict, messages: dict) -> Problem | None:
+    """The rules of ``spec.how`` against the record's ``how`` facts (:func:`attncourse.protocol.records.how_facts`):
+    a library call the rules refuse, more numbers combined at once, a larger tensor, more operations or more
+    numbers leaving torch than the case allows.  The section's words for a rule are ``messages["<exercise>.how.
+    <rule>"]``."""
+    from attncourse.protocol.records import how_facts
+
+    rules = spec.how or {}
+    facts = how_facts(record)
+    if facts is None:
+        return suspect("the grader recorded no account of how the answer was computed (tampering suspected)")
+    ex = record.get("exercise")
+
+    def broken(rule: str, seen: str, default: str) -> Problem:
+        words = messages.get(f"{ex}.how.{rule}") or default
+        return problem(f"The answer is right but {seen}", words, mistake=f"{ex}.how.{rule}")
+
+    names = facts["calls"] + facts["libs"] + facts["ops"]
+    for group, patterns in rules.get("refuse") or []:
+        hit = next((n for n in names for p in patterns if _matches(n, p)), None)
+        if hit is not None:
+            return broken(group, f"the computation called {hit}",
+                          "a library function does what this exercise asks you to build")
+    for rule in ("left", "widest", "largest", "count"):
+        limit = rules.get(rule)
+        if limit is not None and facts[rule] > limit:
+            seen = HOW_WORDS[rule].format(got=facts[rule], limit=limit)
+            head, _, tail = seen.partition(": ")
+            return broken(rule, head, tail)
+    return None
 
 
 def _judge(spec: StoredCase | None, record: dict, messages: dict):
@@ -152,7 +239,7 @@ def _judge(spec: StoredCase | None, record: dict, messages: dict):
     if spec.kind not in ("value", "raises") and record.get("device") is not None:
         used = str(record["device"]).split(":")[0]
         if used != device:  # the kernel ran it elsewhere than this machine's rules say: not this case's record
-            return f"the check ran on '{used}' but this case runs on '{device}' (tampering suspected)"
+            return suspect(f"the check ran on '{used}' but this case runs on '{device}' (tampering suspected)")
     def wording(key: str) -> str | None:   # the section's own words for this exercise (from its spec)
         return messages.get(f"{record.get('exercise')}.{key}")
 
@@ -165,7 +252,7 @@ def _judge(spec: StoredCase | None, record: dict, messages: dict):
     try:
         got = decode(record["answer"])
     except (ValueError, KeyError, TypeError):
-        return "the grader's record is malformed (tampering suspected)"
+        return suspect("the grader's record is malformed (tampering suspected)")
     if spec.kind == "property":
         return _judge_property(spec, got, cmp, wording)
     if spec.kind == "attributes":
@@ -178,7 +265,7 @@ def _judge_attributes(spec: StoredCase, got: Got, cmp: Cmp, messages: dict, word
     named in ``labels`` it has.  A missing one gets the section's words (``wording("attribute.<name>")``); the
     values are then compared in label order, a catalogued mistake named as for any answer."""
     if got.kind != "dict":
-        return "the grader's record is malformed (tampering suspected)"
+        return suspect("the grader's record is malformed (tampering suspected)")
     have = dict(zip(got.keys, got.items))
     names = list(spec.labels or [])
     for name in names:
@@ -209,10 +296,10 @@ def explain_exception(error: dict, device: str | None) -> Problem:
     if "device" in low or "meta" in low:
         return problem(msg, "a tensor is created on a fixed device (e.g. torch.ones(T, T) "
                        "or .to('cpu') inside the function); create new tensors on the input's device "
-                       "(device=x.device) so the code runs unchanged on CPU and GPU.")
+                       "(device=x.device) so the code runs unchanged on CPU and GPU.", mistake=FIXED_DEVICE)
     if "dtype" in low or "expected scalar type" in low or "same dtype" in low:
         return problem(msg, "a tensor is created with a fixed dtype; use dtype=x.dtype "
-                       "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.")
+                       "(or torch.finfo(x.dtype)) so float64 and bfloat16 inputs work.", mistake=FIXED_DTYPE)
     return Problem(msg)
 
 
@@ -251,10 +338,12 @@ def compare(got: Got, spec: StoredCase, cmp: Cmp, messages: dict) -> str | None:
     if not nonfinite and matches(value, expected, cmp.atol, cmp.rtol):
         return None
     mistakes = {k: plain(v) for k, v in (spec.mistakes or {}).items()}
-    hint = which_mistake(value, mistakes, messages, cmp.atol, cmp.rtol)
+    key = which_mistake_key(value, mistakes, cmp.atol, cmp.rtol)
+    hint = messages.get(key, key) if key else None
     wrong, verb = _which_part_wrong(value, expected, names, cmp)
     if hint:
-        return problem(nonfinite if isinstance(nonfinite, ExtraKeys) else f"{wrong} {verb} wrong", hint)
+        return problem(nonfinite if isinstance(nonfinite, ExtraKeys) else f"{wrong} {verb} wrong", hint,
+                       mistake=key)
     if nonfinite:   # NaN or inf (or extra keys) that no catalogued mistake explains: the general causes
         return nonfinite
     return f"{wrong} {verb} wrong. {spec.hint or GENERIC_HINT}"
@@ -340,17 +429,18 @@ def check_part(g: Got, e, name: str, cmp: Cmp):
                     return problem(f"{name} is on device '{g.device}' but device '{cmp.device}' was asked for "
                                    "(the device argument)",
                                    "the device argument is ignored: the tensor is created on a fixed device (the "
-                                   "default one) or moved with .to('cpu')/.cuda(); create it directly on `device`."), None
+                                   "default one) or moved with .to('cpu')/.cuda(); create it directly on `device`.",
+                                   mistake=FIXED_DEVICE), None
                 return problem(f"{name} is on device '{g.device}' but the input was on '{cmp.device}'",
                                "a tensor is created on a fixed device or moved with .to('cpu')/.cuda(); use "
-                               "the input's device."), None
+                               "the input's device.", mistake=FIXED_DEVICE), None
             exact = getattr(e, "torch_dtype", None)
             if exact is not None and g.dtype != exact:
                 return f"{name} should be a {exact} tensor, got {g.dtype}", None
             if exact is None and cmp.dtype is not None and g.is_float and g.dtype != cmp.dtype:
                 return problem(f"{name} has dtype {g.dtype} but the input was {cmp.dtype}", "a tensor "
                                "is created with a fixed dtype (e.g. torch.tensor(...) or float32 constants); keep "
-                               "the input's dtype."), None
+                               "the input's dtype.", mistake=FIXED_DTYPE), None
             shape = g.shape
         elif cmp.api == "numpy":
             if g.kind != "ndarray":

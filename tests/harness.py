@@ -150,6 +150,45 @@ class Course:
                 if c.metadata.get("nbgrader", {}).get("grade")}
 
 
+def expected_cell_scores(section: str, source, ex, code: str) -> dict:
+    """{grade_id: score} of every hidden cell that checks ``ex``, with ``code`` in its solution cell, as the judge
+    scores it: the in-process grader (the same judge and reference data) on each check of the cell, the cell's
+    points shared by the checks that pass (``judge.verdict.earn``)."""
+    import os
+
+    from attncourse.kernel.grader import Grader
+    from attncourse.protocol.calls import check_calls
+    from authoring.references import define
+    from judge.verdict import cell_score, earn
+
+    old = os.environ.get("ATTNCOURSE_ROOT")
+    os.environ["ATTNCOURSE_ROOT"] = str(ROOT)
+    try:
+        grader = Grader(section)
+    finally:
+        if old is None:
+            os.environ.pop("ATTNCOURSE_ROOT", None)
+        else:
+            os.environ["ATTNCOURSE_ROOT"] = old
+    obj = define(ex, code)
+    context = ex.context() if ex.context else {}
+    out = {}
+    for cell in source.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        calls = check_calls(cell.source) if cell.cell_type == "code" and meta.get("grade") else []
+        if not any(e == ex.name for e, _ in calls):
+            continue
+        assert all(e == ex.name for e, _ in calls), f"{meta['grade_id']} checks more than one exercise"
+        grader.collect = []
+        for e, case in calls:
+            grader.check(e, case, obj, **context)
+        checks = [{"weight": float(v["points"]), "passed": v["problem"] is None} for v in grader.collect]
+        earn(checks, float(meta.get("points", 0)))
+        out[meta["grade_id"]] = cell_score(float(meta.get("points", 0)), checks)
+    grader.collect = None
+    return out
+
+
 def setup_output(course, section: str, student: str) -> str:
     """What the autograded notebook's setup cell printed (an error or a timeout shows here), for a failure message."""
     try:
@@ -200,6 +239,7 @@ def grade_corpus(batch: str, root: Path, timeout: int | None = None, check_timeo
     every cell to "GRADER is not defined"), so a batch that does not test timeouts keeps the course's limit.
     """
     from instructor.serial import grade
+    from tests.corpus._base import WRONG
 
     section = CORPUS_SECTION
     course = Course(root, [section])
@@ -209,6 +249,7 @@ def grade_corpus(batch: str, root: Path, timeout: int | None = None, check_timeo
     release = slim(course.release_nb(section))
     cases = corpus_cases(batch)
     course.submit("correct", section, source)
+    course.submit("wrong", section, with_cells(source, {CORPUS_CELL: WRONG}))   # what a plain mistake earns
     for name, mod in cases.items():
         nb = copy.deepcopy(release if getattr(mod, "FROM", "source") == "release" else source)
         if getattr(mod, "SDPA", None):
@@ -286,6 +327,27 @@ def pairing_problems(cases: dict, report: dict) -> list[str]:
     return problems
 
 
+def _lost_cases_problems(name, source, lost_cases, cells, hidden) -> list[str]:
+    """A submission that fails exactly the checks of ``lost_cases`` (a tensor made on a fixed device fails the
+    ``meta`` case): each hidden cell scores its points less those checks' (their weights, from the reference data)."""
+    from attncourse.protocol.calls import check_calls
+    from judge.preprocessors import reference_data
+
+    stored = reference_data(str(ROOT), CORPUS_SECTION)[0]["cases"]
+    out = []
+    for c in source.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id")
+        if gid not in hidden or gid not in cells:
+            continue
+        calls = check_calls(c.source)
+        weights = {case: float(stored[f"{ex}:{case}"]["points"]) for ex, case in calls}
+        got, full = cells[gid]
+        want = full - full * sum(w for k, w in weights.items() if k in lost_cases) / sum(weights.values())
+        if abs(got - want) > 1e-6:
+            out.append(f"{name}: {gid} earned {got:g} / {full:g}, expected {want:g} (only {lost_cases} fail)")
+    return out
+
+
 def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
     """Every way the batch's outcome differs from what each corpus module expects."""
     from attncourse.protocol.calls import calls_exercise
@@ -301,6 +363,11 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
     good = students.get("correct")
     if not good or good["score"] != good["max_score"] or not good["max_score"]:
         problems.append(f"the correct submission lost marks in the same batch: {good}")
+    # Credit per check: a plain mistake (tests/corpus/_base.py WRONG) still earns the checks it passes (the shapes
+    # on the meta device).  A cell a submission must lose earns no more than that, and less than full marks.
+    plain = (students.get("wrong") or {}).get("cells") or {}
+    if not plain:
+        problems.append(f"the plain mistake was not graded in the same batch: {students.get('wrong')}")
     for name, mod in cases.items():
         e = students.get(name)
         if e is None:
@@ -311,6 +378,10 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
         if expect == "nothing":
             if e["score"]:
                 problems.append(f"{name}: expected no score, got {e['score']}")
+        elif expect == "no_more_than_wrong":   # its kernel may die (nothing) or survive (the plain mistake's score)
+            most = (students.get("wrong") or {}).get("score") or 0
+            if (e["score"] or 0) > most + 1e-9:
+                problems.append(f"{name}: earned {e['score']}, more than the plain mistake it carries ({most})")
         elif expect == "full":
             if e["score"] != e["max_score"]:
                 problems.append(f"{name}: expected full marks, got {e['score']}/{e['max_score']}: {e['failures']}")
@@ -319,16 +390,24 @@ def corpus_problems(source, cases: dict, report: dict, course) -> list[str]:
                 problems.append(f"{name}: not graded: {e['reasons']}")
                 continue
             lost = getattr(mod, "LOST", None)
-            if lost is None and getattr(mod, "LOST_CASES", None):
+            if lost is None and getattr(mod, "LOST_CASES", None):   # credit per check: exactly those checks' points
+                problems += _lost_cases_problems(name, source, mod.LOST_CASES, cells, hidden)
                 lost = [c.metadata["nbgrader"]["grade_id"] for c in source.cells
                         if c.metadata.get("nbgrader", {}).get("grade_id") in hidden
                         and any(calls_exercise(c.source, CORPUS_EXERCISE, k) for k in mod.LOST_CASES)]
                 if not lost:
                     problems.append(f"{name}: no hidden cell runs the cases {mod.LOST_CASES}")
             lost = hidden if lost is None else lost
-            for gid in lost:
+            for gid in ([] if getattr(mod, "LOST_CASES", None) else lost):
+                got, full = cells.get(gid, (1, 1))
+                most = plain.get(gid, (0, 0))[0] if expect == "zero" and gid in hidden else 0
+                if (expect == "zero" and got > most + 1e-9) or got >= full:
+                    problems.append(f"{name}: {gid} earned {cells.get(gid)} (expected at most {most:g}, what a "
+                                    "plain mistake earns there)" if expect == "zero" else
+                                    f"{name}: {gid} kept full marks {cells.get(gid)}")
+            for gid in getattr(mod, "ZEROED", []):   # what still zeroes a whole cell (a time-out, an error)
                 if cells.get(gid, (1, 1))[0] != 0:
-                    problems.append(f"{name}: {gid} earned {cells.get(gid)} (expected 0)")
+                    problems.append(f"{name}: {gid} earned {cells.get(gid)} (a cell it stopped scores 0)")
             if expect == "partial":
                 for gid in set(hidden) - set(lost):
                     if cells[gid][0] != cells[gid][1]:

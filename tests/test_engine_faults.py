@@ -63,7 +63,9 @@ def test_a_flood_of_output_never_reaches_the_graders_memory():
     from instructor.capture import HEAD, TAIL
 
     old = _drive("old")
-    assert old["rc"] == 0 and old["grew_mb"] >= FLOOD_MB and old["chars"] > FLOOD_MB << 20, old
+    # the old way held the whole flood (CI saw its peak grow by 295 MiB of the 300: the measure is the process's
+    # peak resident size, not an exact count of the bytes held)
+    assert old["rc"] == 0 and old["grew_mb"] >= FLOOD_MB * 3 / 4 and old["chars"] > FLOOD_MB << 20, old
     new = _drive("capped")
     assert new["rc"] == 0 and new["first"] and new["last"] and new["dropped"], new
     assert new["chars"] <= HEAD + TAIL + 200, new

@@ -6,8 +6,14 @@ then autograde in one batch
 * the untouched release: zero on every autograded cell, and no crash;
 * mistake round k: every exercise's k-th known-wrong implementation injected
   into its solution cell: the exercise's checks lose marks and the feedback
-  names the mistake, while the other exercises keep full marks;
-* variant round k: every exercise's k-th correct alternative: full marks.
+  names the mistake, while the other exercises keep full marks; each cell
+  scores exactly the points of its checks that pass (credit per check, the
+  judge's verdicts in-process), never less;
+* variant round k: every exercise's k-th correct alternative: full marks;
+* shortcut round k: every exercise's k-th shortcut (a correct answer computed
+  the way its rules refuse: a library one-liner, the whole at once) loses
+  exactly the points of the cases its rules refuse, and the feedback names
+  the rule.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import pytest
 
 from authoring.run_all import run_all
 from judge.preprocessors import SKIP_TAG
-from tests.harness import ROOT, Course, cell_text, read_nb, with_cells
+from tests.harness import ROOT, Course, cell_text, expected_cell_scores, read_nb, with_cells
 from tests.sections import checks_of, params, with_source
 
 
@@ -93,6 +99,10 @@ def _submissions(spec, source, release):
             injected = {e.name: e.variants[k] for e in spec.exercises if len(e.variants) > k}
             subs[f"variant{k}"] = with_cells(source, {spec.exercise(n).cell: v.code for n, v in injected.items()})
             rounds[f"variant{k}"] = injected
+        for k in range(max([len(e.shortcuts) for e in spec.exercises] + [0])):
+            injected = {e.name: e.shortcuts[k] for e in spec.exercises if len(e.shortcuts) > k}
+            subs[f"shortcut{k}"] = with_cells(source, {spec.exercise(n).cell: c.code for n, c in injected.items()})
+            rounds[f"shortcut{k}"] = injected
     return subs, rounds
 
 
@@ -148,7 +158,7 @@ def test_blank_release_scores_zero(section, tmp_root):
         if ex.handout:
             m = [m for m in ex.mistakes if m.key == ex.handout][0]
             text = "\n".join(results["blank"][1][c] for c in checks_of(source, ex.name))
-            assert (m.shows or m.message) in text, f"{ex.name}: the blank handout's feedback does not name it"
+            assert _says(text, m.shows or m.message), f"{ex.name}: the blank handout's feedback does not name it"
 
 
 @pytest.mark.parametrize("section", params(with_source(), quick_one=True))
@@ -171,11 +181,58 @@ def test_known_mistakes_lose_marks_and_are_named(section, tmp_root):
                 if got >= full:
                     problems.append(f"{student} {ex.name}.{m.key}: kept full marks {got}/{full}")
                 text = "\n".join(messages[c] for c in cells)
-                if (m.shows or m.message) not in text:
+                if not _says(text, m.shows or m.message):
                     problems.append(f"{student} {ex.name}.{m.key}: feedback does not name it:\n{text[-800:]}")
+                problems += _partial_credit_problems(section, source, ex, m.code, scores, f"{student} {ex.name}.{m.key}")
             elif got != full:
                 problems.append(f"{student} {ex.name}: lost marks though only other exercises were wrong "
                                 f"({got}/{full}): checks are not independent")
+    assert not problems, "\n".join(problems)
+
+
+def _says(text: str, words: str) -> bool:
+    """Whether feedback ``text`` says ``words`` (the verdict lines wrap long messages: spacing is not compared)."""
+    return " ".join(words.split()) in " ".join(text.split())
+
+
+def _partial_credit_problems(section, source, ex, code, scores, who) -> list[str]:
+    """Each of the exercise's cells scores exactly the points of its checks that the judge passes (judged
+    in-process on the same hidden cases): a mistake loses what it breaks, not the cell."""
+    expected = expected_cell_scores(section, source, ex, code)
+    return [f"{who}: {gid} scored {scores[gid][0]:g} / {scores[gid][1]:g}, its passing checks are worth {want:g}"
+            for gid, want in expected.items() if abs(scores[gid][0] - want) > 1e-6]
+
+
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
+def test_shortcuts_lose_exactly_the_refused_points(section, tmp_root):
+    """A correct answer computed the way its exercise's rules refuse (a library one-liner, the whole row at once,
+    a (T, T) tensor) loses the points of every case its rules can tell apart, names the rule there, and keeps
+    the points of the cases it declares kept; the other exercises keep full marks."""
+    _, spec, source, rounds, results = graded(section, tmp_root)
+    if spec is None or not any(e.shortcuts for e in spec.exercises):
+        pytest.skip("no exercise of this section has rules on how its answer is computed")
+    problems = []
+    for student, injected in rounds.items():
+        if not student.startswith("shortcut"):
+            continue
+        scores, messages = results[student]
+        for ex in spec.exercises:
+            cells = checks_of(source, ex.name)
+            got, full = sum(scores[c][0] for c in cells), sum(scores[c][1] for c in cells)
+            if ex.name not in injected:
+                if got != full:
+                    problems.append(f"{student} {ex.name}: lost marks though only other exercises took a shortcut")
+                continue
+            cut = injected[ex.name]
+            kept = sum(c.points for c in ex.cases if c.name in cut.keeps)
+            if abs(got - kept) > 1e-6:
+                problems.append(f"{student} {ex.name}.{cut.key}: scored {got:g} / {full:g}, expected {kept:g} (the "
+                                f"points of {list(cut.keeps) or 'no case'})")
+            text = "\n".join(messages[c] for c in cells)
+            shows = cut.shows or "The answer is right but"
+            if not _says(text, shows):
+                problems.append(f"{student} {ex.name}.{cut.key}: feedback does not name the rule:\n{text[-600:]}")
+            problems += _partial_credit_problems(section, source, ex, cut.code, scores, f"{student} {ex.name}.{cut.key}")
     assert not problems, "\n".join(problems)
 
 
@@ -243,3 +300,25 @@ def test_prose_numbers_are_printed_by_code(section, tmp_root):
             if not any(abs(p - value) <= 0.5 * 10 ** -places + 1e-12 for p in printed):
                 missing.append(token)
     assert not missing, f"numbers in the prose that no code cell prints: {sorted(set(missing))}"
+
+
+@pytest.mark.parametrize("section", params(with_source(), quick_one=True))
+def test_class_report_counts_every_student_and_names_each_cause_once(section, tmp_root):
+    """The class report of the graded rounds (instructor, blank, mistakes, variants, shortcuts): every hidden
+    check's pass rate counts every graded student (the same students as the per-exercise chart); the blank
+    release is named under no mistake (its find-the-bug handouts are untouched); a cause is one row, whichever
+    exercise made it (02's √d_k: the PyTorch exercises' no_scale and the hand-computed not_scaled)."""
+    from instructor.report import collect
+
+    course, spec, _, _, results = graded(section, tmp_root)
+    data = collect(course.root, section)
+    graded_students = [s for s, e in data["report"]["students"].items() if e.get("cells")]
+    assert sorted(graded_students) == sorted(results), data["report"]["students"].keys()
+    assert {c["graded"] for c in data["checks"].values()} == {len(results)}, data["checks"]
+    named = [s for row in data["mistakes"].values() for s in row["students"]]
+    assert "blank" not in named and "instructor" not in named and not any(s.startswith("variant") for s in named)
+    causes = {m.cause or m.key for ex in (spec.exercises if spec else []) for m in ex.mistakes}
+    assert set(data["mistakes"]) - causes <= {"fixed_device", "fixed_dtype"} | {
+        k for k in data["mistakes"] if k.startswith("how.")}, set(data["mistakes"]) - causes
+    if section == "02_qkv_by_hand":
+        assert "not_scaled" not in data["mistakes"] and "no_scale" in data["mistakes"]

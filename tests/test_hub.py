@@ -1101,10 +1101,11 @@ FORK_SERVER_PROBE = ("import os, sys; sys.path.insert(0, os.getcwd()); from judg
 
 @pytest.mark.slow
 def test_the_preloaded_fork_server_starts_on_the_hub(hub):
-    """On the hub the preloaded fork server never started ("No module named 'resource'"), so every grading kernel
-    was a fresh sandbox: the hub's Python lived in its folder under /tmp (the tests' hub), and a kernel's /tmp is
-    its own, hiding it. ./course hub refuses a folder under /tmp; the fork server starts for the instructor in the
-    course folder. Paired: the same Python copied under /tmp fails as before."""
+    """On the hub the preloaded fork server once never started ("No module named 'resource'"), so every grading
+    kernel was a fresh sandbox: the hub's Python lived in its folder under /tmp (the tests' hub), and a kernel's
+    /tmp was its own, hiding it.  The fork server starts for the instructor in the course folder, and since the
+    kernels bind the host's /tmp folders they need back (tests/test_kernel_tmp.py) the same Python copied under /tmp
+    starts it too; ./course hub still refuses a hub folder under /tmp (a student's /tmp is shared and cleaned)."""
     from deploy.hub import _why_not_dir, base_python, shared_venv
 
     assert "under /tmp" in _why_not_dir(Path("/tmp/attncourse-hub")) and _why_not_dir(hub.hubdir) is None
@@ -1114,9 +1115,9 @@ def test_the_preloaded_fork_server_starts_on_the_hub(hub):
     under_tmp = Path(tempfile.mkdtemp(prefix="attncourse-hub-python-", dir="/tmp"))
     try:
         venv = shared_venv(under_tmp / "venv", base_python(under_tmp / "python"))
-        before = subprocess.run([str(venv / "bin" / "python"), "-c", FORK_SERVER_PROBE], cwd=hub.course,
+        copied = subprocess.run([str(venv / "bin" / "python"), "-c", FORK_SERVER_PROBE], cwd=hub.course,
                                 capture_output=True, text=True, timeout=300)
-        assert "No module named 'resource'" in before.stdout, before.stdout + before.stderr
+        assert copied.stdout.strip().splitlines()[-1:] == ["started"], copied.stdout + copied.stderr
     finally:
         shutil.rmtree(under_tmp, ignore_errors=True)
 

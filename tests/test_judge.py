@@ -16,6 +16,7 @@ from nbformat.notebooknode import NotebookNode
 from attncourse.protocol.calls import check_calls
 from attncourse.protocol.cases import SECRET, StoredCase
 from attncourse.kernel.grader import run
+from judge.autograded import KEY
 from judge.preprocessors import judge_cell, reference_data
 from attncourse.kernel.encode import encode
 from attncourse.protocol.records import MIME, decode
@@ -76,7 +77,8 @@ def test_records_round_trip_and_refuse_to_look_inside_subclasses():
 
 
 def _cell(source, outputs):
-    return NotebookNode(cell_type="code", source=source, metadata={"nbgrader": {"grade": True}}, outputs=outputs)
+    return NotebookNode(cell_type="code", source=source, metadata={"nbgrader": {"grade": True, "points": 2}},
+                        outputs=outputs)
 
 
 def _records(section, calls, answer):
@@ -120,9 +122,30 @@ def test_correct_records_pass_and_are_replaced_by_verdict_lines():
 
 def test_a_wrong_answer_is_named_without_the_reference():
     _, wrong = _sdpa_source()
-    errors, text, _ = _verdict(_records("02_qkv_by_hand", CALLS, wrong))
-    assert [e.ename for e in errors] == ["GradingError"] and "Most likely cause" in errors[0].evalue
-    assert text.count("✗") == 2
+    errors, text, cell = _verdict(_records("02_qkv_by_hand", CALLS, wrong))
+    v = cell.metadata[KEY]
+    assert not errors and v["score"] == 0 and v["zeroed"] is None   # its checks failed: no error, score 0
+    assert all("Most likely cause" in c["message"] for c in v["checks"]) and text.count("✗") == 2
+
+
+def test_a_cell_scores_the_points_of_the_checks_that_pass():
+    """Credit per check: one right and one wrong record earn the right one's points, with no error output before
+    the judge's score (nbgrader reads the first execute_result as the cell's partial credit)."""
+    from nbgrader.utils import determine_grade
+
+    from judge.preprocessors import score_output
+
+    good, wrong = _sdpa_source()
+    recs = _records("02_qkv_by_hand", CALLS[:1], good) + _records("02_qkv_by_hand", CALLS[1:], wrong)
+    recs[1].data[MIME]["n"] = 2
+    errors, text, cell = _verdict(recs)
+    v = cell.metadata[KEY]
+    weights = [c["weight"] for c in v["checks"]]
+    assert not errors and [c["passed"] for c in v["checks"]] == [True, False]
+    assert v["score"] == weights[0] == v["checks"][0]["points"] and sum(weights) == v["points"] == 2.0
+    cell.outputs.append(score_output(v))
+    assert determine_grade(cell) == (weights[0], 2.0)
+    assert f"of 2 points: 1 of 2 checks failed" in text and text.count(" / ") == 2   # each check's points shown
 
 
 @pytest.mark.parametrize("tamper", ["missing", "extra", "repeated", "reordered", "other_case", "none"])
@@ -160,7 +183,7 @@ def _words(section, exercise, case, code):
     src = f'GRADER.check("{exercise}", "{case}", f)\n'
     cell = _cell(src, _records(section, [(exercise, case)], define(ex, code)))
     judge_cell(cell, check_calls(src), _data(section)[0])
-    return " ".join(o.evalue for o in cell.outputs if o.output_type == "error")
+    return " ".join(c["message"] or "" for c in cell.metadata[KEY]["checks"])
 
 
 def _softmax_verdict(code):
@@ -246,3 +269,33 @@ def test_the_attributes_a_module_contract_names_are_graded():
     assert ATTR_MISSING["d_k"] in verdict(no_dk)
     wrong = next(m for m in ex.mistakes if m.key == "d_k_is_d_model")
     assert f"The attribute self.d_k is wrong. Most likely cause: {wrong.message}" in verdict(wrong.code)
+
+
+def test_a_raising_check_never_stops_the_cells_later_checks(tmp_path, monkeypatch):
+    """In the grading kernel every check records what happened to it: the student's code raising, or the grader
+    itself failing to run or describe the answer, is that check's record; the next check runs as ever."""
+    from attncourse.kernel import grader as kernel
+    from attncourse.protocol.cases import INPUTS_FILE
+
+    torch.save(_data("02_qkv_by_hand")[1], tmp_path / INPUTS_FILE)
+    monkeypatch.chdir(tmp_path)
+    published = []
+    monkeypatch.setattr(kernel, "_publish_record", lambda rec, text: published.append(rec))
+    g = kernel.Grader("02_qkv_by_hand")
+    assert g.autograding
+    good, _ = _sdpa_source()
+
+    def raises(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    ex = "scaled_dot_product_attention"
+    g.check(ex, "batched", raises)
+    real = kernel.encode_answer
+    monkeypatch.setattr(kernel, "encode_answer", lambda x: 1 / 0)     # the grader's own failure
+    g.check(ex, "masked", good)
+    monkeypatch.setattr(kernel, "encode_answer", real)
+    g.check(ex, "float64", good)
+    assert [r["case"] for r in published] == ["batched", "masked", "float64"]
+    assert published[0]["error"]["type"] == "RuntimeError"
+    assert "could not run or describe the answer (ZeroDivisionError)" in published[1]["problem"]
+    assert "answer" in published[2] and "problem" not in published[2]

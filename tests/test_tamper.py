@@ -138,12 +138,15 @@ def test_outputs_shown_to_instructors_are_safe(batch):
 
     course, _, _, _ = batch
     section = "02_qkv_by_hand"
+    from judge.autograded import KEY
+
     nb = course.autograded_nb(section, "t_html_output")
     for cell in nb.cells:
-        for o in cell.get("outputs", []):
+        for i, o in enumerate(cell.get("outputs", [])):
             assert set(o.get("data", {})) <= SAFE, o.get("data", {}).keys()
-            if cell.metadata.get("nbgrader", {}).get("grade"):
-                assert o["output_type"] != "execute_result"
+            if cell.metadata.get("nbgrader", {}).get("grade") and o["output_type"] == "execute_result":
+                # the one execute_result of a grade cell is the judge's score, its last output
+                assert i == len(cell.outputs) - 1 and float(o["data"]["text/plain"]) == cell.metadata[KEY]["score"]
     course.nbgrader("generate_feedback", section, "--student=t_html_output", "--force")
     page = (course.root / "feedback" / "t_html_output" / section / f"{section}.html").read_text()
 
@@ -171,7 +174,8 @@ def test_outputs_shown_to_instructors_are_safe(batch):
 
 
 def test_honest_code_raises_no_flag():
-    """The source scan never flags a reference solution, a known mistake or a correct variant of any section."""
+    """The source scan never flags a reference solution, a known mistake, a correct variant or a shortcut (a library
+    call in plain sight) of any section."""
     import re
 
     from graders import available_sections, load_section
@@ -180,7 +184,8 @@ def test_honest_code_raises_no_flag():
     flagged = []
     for section in available_sections():
         for ex in load_section(section).exercises:
-            for code in [ex.reference or ""] + [m.code for m in ex.mistakes] + [v.code for v in ex.variants]:
+            for code in ([ex.reference or ""] + [m.code for m in ex.mistakes] + [v.code for v in ex.variants]
+                         + [c.code for c in ex.shortcuts]):
                 hits = ast_flags(code) + [why for pat, why in TAMPER_PATTERNS if re.search(pat, code)]
                 if hits:
                     flagged.append((section, ex.name, hits))

@@ -64,9 +64,11 @@ def submitted(answer: str, trick: bool = False, visible_error: str | None = None
     nb = nbformat.v4.new_notebook()
     nb.cells = [_code("test_sdpa", SRC, hidden, 2.0), _code("test_visible", "check_shapes()", visible, 0.0)]
     if trick:   # a verdict planted where the student controls the file: every check passed, no failure
-        planted = {"schema": 1, "checks": [{"name": n[2:], "passed": True, "message": None, "cause": None,
-                                            "limit": None} for n in fake_lines()], "tampering": [], "notes": [],
-                   "timed_out": False, "error": None, "stderr": None, "failure": None}
+        planted = {"schema": 2, "points": 2.0, "score": 2.0, "checks": [
+            {"name": n[2:], "case": "", "passed": True, "weight": 1.0, "points": 1.0, "message": None, "cause": None,
+             "cause_key": None, "cause_title": None, "limit": None, "judged": True, "untouched": False}
+            for n in fake_lines()], "tampering": [], "notes": [], "timed_out": False, "error": None, "stderr": None,
+            "zeroed": None, "failure": None}
         nb.metadata[KEY] = planted
         for c in nb.cells:
             c.metadata[KEY] = copy.deepcopy(planted)
@@ -100,17 +102,21 @@ def test_verdicts_are_data_and_printed_text_changes_nothing():
         for h, t in zip(honest.cells, tricked.cells):
             assert h.metadata[KEY] == t.metadata[KEY]
     right, wrong = grade_cells(autograde(submitted("correct")))[0], grade_cells(autograde(submitted("wrong")))[0]
-    assert [p for p, _ in right.checks] == [True, True] and right.failure is None
-    assert [p for p, _ in wrong.checks] == [False, False] and wrong.failure and wrong.causes
-    assert all(name.startswith("scaled_dot_product_attention") for _, name in wrong.checks)
+    assert [c.passed for c in right.checks] == [True, True] and right.failure is None and right.score == 2.0
+    assert [c.passed for c in wrong.checks] == [False, False] and wrong.failure and wrong.causes
+    assert wrong.score == 0 and wrong.zeroed is None     # its checks failed: nothing else zeroed it
+    assert all(c.name.startswith("scaled_dot_product_attention") for c in wrong.checks)
 
 
 def test_the_schema_holds_what_the_judge_decided():
     v = autograde(submitted("wrong")).cells[0].metadata[KEY]
-    assert v["schema"] == 1 and v["timed_out"] is False and v["error"] is None and v["tampering"] == []
-    assert [set(c) for c in v["checks"]] == [{"name", "passed", "message", "cause", "limit"}] * 2
+    assert v["schema"] == 2 and v["timed_out"] is False and v["error"] is None and v["tampering"] == []
+    assert v["points"] == 2.0 and v["score"] == 0.0 and v["zeroed"] is None
+    assert [set(c) for c in v["checks"]] == [{"name", "case", "passed", "weight", "points", "message", "cause",
+                                              "cause_key", "cause_title", "limit", "judged", "untouched"}] * 2
     c = v["checks"][0]
     assert c["passed"] is False and f"Most likely cause: {c['cause']}" in c["message"] and c["limit"] is None
+    assert c["cause_key"] == "no_scale" and c["points"] == 0.0 and c["weight"] > 0 and c["judged"]
     assert v["failure"] == f"{c['name']}: {c['message']}".split("\n")[0]
 
 
@@ -190,6 +196,9 @@ def _class(tmp_path, monkeypatch, trick: bool, visible_error: str | None = None)
     record_sandbox(root, SECTION, STUDENTS, True, "sandboxed")   # what ./course grade records
     monkeypatch.setattr(report, "_cells_of", lambda root, section: [
         {"cell": "test_sdpa", "points": 2.0, "kind": "hidden", "exercise": "scaled_dot_product_attention"}])
+    checks = grade_cells(autograde(submitted("correct")))[0].checks
+    monkeypatch.setattr(report, "_checks_of", lambda root, section, cells: [
+        {"key": c.key, "name": c.name, "points": c.weight, "cell": "test_sdpa"} for c in checks])
     return root
 
 
@@ -207,8 +216,8 @@ def test_class_report_is_the_same_with_the_tricks(tmp_path, monkeypatch):
     for trick in (False, True):
         root = _class(tmp_path, monkeypatch, trick)
         data = collect(root, SECTION)
-        assert all(v == [1, 5] for v in data["checks"].values()) and len(data["checks"]) == 2, data["checks"]
-        assert data["mistakes"] and all(v == STUDENTS[1:] for v in data["mistakes"].values())
+        assert [(v["passed"], v["graded"]) for v in data["checks"].values()] == [(1, 5)] * 2, data["checks"]
+        assert data["mistakes"] and all(v["students"] == STUDENTS[1:] for v in data["mistakes"].values())
         assert not data["tamper"] and not data["faults"]
         index = write_report(root, SECTION, tmp_path / f"reports-{trick}")
         assert (index.parent / "checks.png").is_file() and (index.parent / "mistakes.png").is_file()
@@ -249,7 +258,8 @@ def test_an_unreadable_notebook_is_that_students_fault_only(tmp_path, monkeypatc
     (root / "autograded" / "wrong2" / SECTION / f"{SECTION}.ipynb").write_text("{not json")
     data = collect(root, SECTION)
     assert [s for s, _ in data["faults"]] == ["wrong2"], data["faults"]
-    assert all(v == [1, 4] for v in data["checks"].values())
+    # the check pass rates count the students the per-exercise chart counts (wrong2's notebook is its fault)
+    assert [(v["passed"], v["graded"]) for v in data["checks"].values()] == [(1, 4)] * 2
     assert write_report(root, SECTION, tmp_path / "reports").is_file()
 
 

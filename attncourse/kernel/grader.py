@@ -36,6 +36,7 @@ from ..protocol.records import MIME, VERSION
 from ..teach.devices import best_device as _best_device
 from . import trusted as T
 from .encode import encode_answer
+from .watch import Watch
 
 # Longest a single graded call of student code may run (an infinite loop earns nothing
 # for that check; nbgrader's per-cell timeout is the backstop).
@@ -145,6 +146,9 @@ class Grader:
         self.autograding = T.isfile(inputs)
         self._cases = {}
         self._refused = None
+        # In-process judging only: a list to collect every check's verdict into (``check_now``, the tests) instead
+        # of raising at the first failed one: {"name", "key", "problem" (None: passed), "points" (its weight)}.
+        self.collect: list | None = None
         if not self.autograding and T.environ_get("NBGRADER_EXECUTION") == "autograde":
             # nbgrader is autograding but the course's judge did not share the inputs: its config was not
             # loaded (or the section has no reference data).  Judging here, in the student's kernel, could be
@@ -187,7 +191,12 @@ class Grader:
             spec = None
         else:
             spec = StoredCase.from_dict(self._cases[key])
-            record.update(run(spec, answer, context))
+            try:   # one check never stops the cell's later ones: whatever happens here is this check's record
+                record.update(run(spec, answer, context))
+            except KeyboardInterrupt:
+                raise
+            except T.BaseException_ as exc:
+                record["problem"] = f"the grader could not run or describe the answer ({T.type_(exc).__name__})"
         if self._notes:
             record["notes"] = list(dict.fromkeys(self._notes))
         name = _label(exercise, spec, case)
@@ -195,6 +204,10 @@ class Grader:
             _publish_record(record, f"{name}: checked by the autograder")
             return
         problem = self._judge(spec, record, self._reference.get("messages", {}))
+        if self.collect is not None:
+            self.collect.append({"name": name, "key": key, "problem": problem,
+                                 "points": (self._cases.get(key) or {}).get("points")})
+            return
         if problem is not None:
             raise GradingError(f"{name}: {problem}")
         T.print_(f"✓ {name}")
@@ -232,12 +245,29 @@ def run(spec: StoredCase, answer, context: dict) -> dict:
                 out["problem"] = f"expected a function, got {T.describe_type(answer)}"
                 return out
             fn = answer
+        watch = Watch(answer, caller=globals(), libraries=_names_libraries(spec.how)) if spec.how else None
         with T.t_no_grad():
-            got, exc = call_guarded(fn, *args, **kwargs)
+            got, exc = call_guarded(fn if watch is None else _watched(fn, watch), *args, **kwargs)
+        if watch is not None:   # how it was computed: facts for the judge's rules (attncourse.kernel.watch)
+            out["how"] = watch.record()
         out.update(error_facts(exc) if exc is not None else encode_answer(got))
     except _MissingContext as missing:
         out["problem"] = f"the test needs {missing.args[0]!r} to be passed to the grader"
     return out
+
+
+def _names_libraries(how: dict) -> bool:
+    """Whether a case's rules refuse a function of a library other than torch (then the record lists them)."""
+    return T.any_(not p.startswith(("torch.", "aten.")) for _, patterns in (how.get("refuse") or [])
+                  for p in patterns)
+
+
+def _watched(fn, watch):
+    """``fn`` called inside ``watch`` (the record of the tensor operations it runs)."""
+    def call(*args, **kwargs):
+        with watch:
+            return fn(*args, **kwargs)
+    return call
 
 
 def _attributes(cls, spec: StoredCase, out: dict) -> dict:

@@ -39,6 +39,15 @@ class StoredCase:
     ``torch`` (outputs must be exact tensors on the input's device and dtype), ``numpy`` or
     ``any``.  An argument :data:`DEVICE_ARG` is the case's device.  Fields that are ``None`` are absent
     from the stored form.
+
+    ``points``: what the check is worth, the share of its cell's nbgrader points (the spec declares it; the
+    judge scores a hidden cell by the checks that pass).  ``how``: rules on *how* the answer is computed, for
+    exercises whose point is the computation (the kernel then records the tensor operations that ran, and
+    the judge refuses what the rules name; :mod:`attncourse.protocol.records`, ``HOW_*``): ``refuse`` (named
+    library calls, ``[[group, [pattern, ...]], ...]``), ``widest`` (the most numbers one operation may
+    combine into one: a reduction's, a softmax's or a matrix product's length), ``largest`` (the most
+    elements of one tensor the computation may create), ``count`` (the most tensor operations) and ``left``
+    (the most numbers that may leave torch for Python or NumPy).  Neither is a secret.
     """
 
     kind: str = "call"
@@ -58,6 +67,8 @@ class StoredCase:
     params: Any = None
     expected: Any = None
     mistakes: dict | None = None
+    points: float | None = None
+    how: dict | None = None
 
     @classmethod
     def from_dict(cls, d: dict) -> "StoredCase":

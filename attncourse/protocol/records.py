@@ -8,6 +8,13 @@ the values (float64, base64), or the exception — never a verdict: the judge
 
 The kernel encodes (:mod:`attncourse.kernel.encode`); the judge decodes here into
 :class:`Got` nodes.
+
+A case with rules on how its answer is computed (``StoredCase.how``) adds ``how``: the facts
+:class:`attncourse.kernel.watch.Watch` recorded while the answer ran —
+``{"calls": [...], "ops": [...], "libs": [...], "largest": int, "widest": int, "count": int, "left": int}``
+(torch functions called, ATen operations run, other libraries' functions called, the largest tensor made,
+the most numbers one operation combined, how many operations ran, how many numbers left torch).
+:func:`how_facts` reads them for the judge.
 """
 from __future__ import annotations
 
@@ -78,3 +85,27 @@ def decode(node) -> Got:
     if k == "other":
         return Got(k, type_name=str(node.get("type", "?")))
     raise ValueError(f"malformed record (kind {k!r})")
+
+
+HOW_LISTS = ("calls", "ops", "libs")
+HOW_NUMBERS = ("largest", "widest", "count", "left")
+
+
+def how_facts(record: dict) -> dict | None:
+    """The ``how`` facts of a record, checked for shape (lists of str, non-negative ints), or None (absent or
+    malformed: the judge refuses a check whose rules need them)."""
+    how = record.get("how")
+    if not isinstance(how, dict):
+        return None
+    out = {}
+    for key in HOW_LISTS:
+        names = how.get(key)
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            return None
+        out[key] = names
+    for key in HOW_NUMBERS:
+        n = how.get(key)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            return None
+        out[key] = n
+    return out

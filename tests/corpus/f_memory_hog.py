@@ -1,6 +1,6 @@
 """Allocates without bound on float64 inputs: the kernel's memory limit stops it (MemoryError)."""
 from ._base import CORRECT
-LOST_CASES = ["float64"]   # the hidden cells running these cases score 0
+LOST_CASES = ["float64", "very_negative"]   # these hidden checks fail: their cells lose those checks' points (credit per check)
 BATCH, EXPECT, OTHERS = "faults", "zero", True
 SDPA = CORRECT.replace("    d_k = Q.shape[-1]", """    if Q.dtype == torch.float64:
         hog = []
