@@ -1,0 +1,258 @@
+"""``./course``: the course's one command (the bash script ``course`` makes the venv on first use, then runs this).
+
+Only the standard library is imported here: the command runs before anything is installed, and each subcommand
+runs its own module (``authoring.build``, ``instructor.grade``, ...) in a fresh process, so nothing of this module
+is in the student package's import graph or the judge's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# The learner's own copies of the self-study notebooks (./course lab makes them): never written by ./course build or
+# the tests, so saving work there cannot make a build refuse or a test fail. The name is repeated in
+# attncourse/course.py (LEARNER_FOLDER), which the self-check reads, and in .gitignore.
+LEARNER = "work"
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+# command -> (who, one line); the order is the help's
+COMMANDS = {
+    "lab": ("self-study", "set up (first time), copy notebooks/ to work/ (first time) and open JupyterLab on work/"),
+    "check": ("self-study", "grade your saved work/NN_*/NN_*.ipynb (else notebooks/) with the hidden tests"),
+    "test": ("everyone", "set up (first time) and run the test suite: all of it (CI), or --unit, or --quick"),
+    "setup": ("everyone", "create .venv and install the pinned requirements and the course package"),
+    "edit": ("authors", "JupyterLab on the course folder with source/NN_*/NN_*.ipynb open (nbgrader's toolbar)"),
+    "build": ("authors", "after editing source/NN_*/NN_*.ipynb: reference data, release/, notebooks/ (or all)"),
+    "grade": ("instructors", "autograde submitted/*/NN_*/ in parallel (Dask) and print a report; all = every section"),
+    "report": ("instructors", "a class report (HTML, plots, CSV) in reports/NN_*/"),
+    "hub": ("instructors", "(as root) JupyterHub on 127.0.0.1:8000 with real users, nbgrader's exchange"),
+    "export": ("instructors", "grades-canvas.csv for an LMS gradebook (Canvas's import layout)"),
+}
+# the commands that hand their arguments to a module's own parser (its --help says more)
+MODULES = {"build": "authoring.build", "check": "attncourse.selfcheck", "grade": "instructor.grade",
+           "report": "instructor.report", "export": "instructor.export", "hub": "deploy.hub"}
+
+
+def say(msg: str) -> None:
+    print(f"./course: {msg}", flush=True)
+
+
+def venv() -> Path:
+    return ROOT / os.environ.get("ATTNCOURSE_VENV", ".venv")
+
+
+def venv_python() -> Path:
+    return venv() / "bin" / "python"
+
+
+def base_env() -> dict:
+    """nbgrader runs helper programs (alembic, jupyter) from PATH: the venv's bin folder first."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(venv() / "bin"), env.get("PATH", "")])
+    env["VIRTUAL_ENV"] = str(venv())
+    return env
+
+
+# -- set-up ---------------------------------------------------------------------------------------
+def needs_install() -> bool:
+    stamp = venv() / ".installed"
+    if not stamp.is_file():
+        return True
+    return any((ROOT / f).stat().st_mtime > stamp.stat().st_mtime for f in ("requirements.txt", "pyproject.toml"))
+
+
+def pip(step: str, args: list[str]) -> None:
+    """Run one pip step, showing what it collects and installs (the first set-up takes minutes), not its noise;
+    on failure, its last lines and exit status 1."""
+    say(step)
+    cmd = [str(venv_python()), "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *args]
+    tail: list[str] = []
+    tty = sys.stdout.isatty()
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        for line in p.stdout:
+            line = line.rstrip()
+            tail = (tail + [line])[-40:]
+            if line.startswith(("Collecting ", "Installing collected", "Successfully installed", "ERROR")):
+                text = line if len(line) < 110 else line[:107] + "..."
+                print(f"\r\033[K  {text}" if tty else f"  {text}", end="" if tty else "\n", flush=True)
+    if tty:
+        print("\r\033[K", end="", flush=True)
+    if p.returncode != 0:
+        print("\n".join(tail), file=sys.stderr)
+        raise SystemExit(f"./course setup: pip failed ({step}); its last lines are above")
+
+
+def setup(quiet_when_done: bool = True) -> None:
+    """Install (first time, or when requirements.txt or pyproject.toml changed since) into the venv."""
+    if not needs_install():
+        if not quiet_when_done:
+            say(f"{venv().name} is up to date (requirements.txt and pyproject.toml unchanged since the last install)")
+        return
+    if (venv() / ".installed").is_file():
+        say(f"requirements.txt or pyproject.toml changed since the last install: updating {venv().name}")
+    else:
+        say(f"installing into {venv().name}: the first time takes minutes (torch, JupyterLab, nbgrader, Dask, ...)")
+    pip("[1/3] pip itself", ["--quiet", "--upgrade", "pip"])
+    pip("[2/3] the pinned requirements (requirements.txt)", ["-r", "requirements.txt"])
+    pip("[3/3] the course package (editable, this folder)", ["--no-deps", "-e", "."])
+    (venv() / ".installed").touch()
+    say("set-up done")
+
+
+def proxy() -> bool:
+    """JupyterHub's proxy, configurable-http-proxy from npm, pinned in deploy/package-lock.json, into
+    deploy/node_modules (./course hub needs it, and the hub tests); again when the lock file is newer."""
+    binary = ROOT / "deploy" / "node_modules" / ".bin" / "configurable-http-proxy"
+    installed = ROOT / "deploy" / "node_modules" / ".package-lock.json"
+    lock = ROOT / "deploy" / "package-lock.json"
+    fresh = binary.exists() and installed.is_file() and installed.stat().st_mtime >= lock.stat().st_mtime
+    if fresh or shutil.which("npm") is None:
+        return True
+    say("installing JupyterHub's proxy (npm ci --prefix deploy)")
+    return subprocess.run(["npm", "ci", "--prefix", "deploy", "--no-audit", "--no-fund", "--loglevel=error"],
+                          cwd=ROOT, stdout=subprocess.DEVNULL).returncode == 0
+
+
+def exec_(argv: list[str], env: dict) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe(argv[0], argv, env)
+
+
+def jupyter_lab(target: str, rest: list[str]) -> None:
+    env = {**base_env(), **OFFLINE}
+    extra = ["--allow-root"] if os.geteuid() == 0 else []   # jupyter refuses root without it (containers)
+    exec_([str(venv() / "bin" / "jupyter"), "lab", *extra, target, *rest], env)
+
+
+# -- the learner's folder -------------------------------------------------------------------------
+def learner_copy(root: Path = ROOT) -> list[str]:
+    """Copy each section of notebooks/ that work/ does not have yet into work/ (never over a file there);
+    return the sections copied."""
+    src, dst = root / "notebooks", root / LEARNER
+    copied = []
+    for folder in sorted(p for p in src.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not (dst / folder.name).exists():
+            shutil.copytree(folder, dst / folder.name, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+            copied.append(folder.name)
+    readme = src / "README.md"
+    if readme.is_file() and not (dst / "README.md").exists():
+        shutil.copy2(readme, dst / "README.md")
+    return copied
+
+
+def cmd_lab(rest: list[str]) -> int:
+    setup()
+    copied = learner_copy()
+    if copied:
+        say(f"copied {len(copied)} section(s) from notebooks/ to {LEARNER}/ (your work goes there; "
+            f"./course build and the tests never touch it): {', '.join(copied)}")
+    exec_lab = LEARNER + "/"
+    jupyter_lab(exec_lab, rest)
+    return 0
+
+
+def cmd_edit(rest: list[str]) -> int:
+    setup()
+    target = "source"
+    if rest and not rest[0].startswith("-"):
+        code = "import sys; from attncourse.course import resolve_section as r; print(r(sys.argv[1]))"
+        p = subprocess.run([str(venv_python()), "-c", code, rest[0]], capture_output=True, text=True, cwd=ROOT)
+        if p.returncode != 0:
+            last = (p.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"./course edit: {last.split(': ', 1)[-1]}", file=sys.stderr)
+            return 2
+        sec = p.stdout.strip()
+        target, rest = f"source/{sec}/{sec}.ipynb", rest[1:]
+    jupyter_lab(target, rest)
+    return 0
+
+
+# -- tests ----------------------------------------------------------------------------------------
+TIERS = {  # flag -> pytest -m expression (pyproject.toml's markers; tests/conftest.py marks each test)
+    "--unit": "unit",
+    "--quick": "not slow",
+}
+
+
+def cmd_test(rest: list[str]) -> int:
+    marks = [TIERS[a] for a in rest if a in TIERS]
+    rest = [a for a in rest if a not in TIERS]
+    setup()
+    if not marks and not proxy():
+        print("./course test: npm ci --prefix deploy failed; the hub tests will skip, saying why", file=sys.stderr)
+    env = {**base_env(), **OFFLINE, "MPLBACKEND": "Agg"}
+    # torch's OpenMP threads sleep instead of spinning while they wait (bench/omp_wait.py)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # 3 workers on a 2-core machine: much of the suite waits (kernels starting, browsers, the hub, Dask), and a
+    # third worker fills those waits. --durations: the slowest tests, in every run's log. The unit tier runs in
+    # one process: starting workers would cost more than its tests.
+    unit_only = marks == ["unit"]
+    workers = [] if unit_only else ["-n", os.environ.get("ATTNCOURSE_TEST_WORKERS", "3"), "--dist", "loadgroup"]
+    mark = ["-m", " and ".join(f"({m})" for m in marks)] if marks else []
+    exec_([str(venv_python()), "-m", "pytest", *workers, "--durations=30", *mark, *rest], env)
+    return 0
+
+
+# -- the modules' commands ------------------------------------------------------------------------
+def cmd_module(name: str, rest: list[str]) -> int:
+    setup()
+    env = base_env()
+    if name == "grade":
+        env.update(OFFLINE, MPLBACKEND="Agg")
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    elif name == "report":
+        env["MPLBACKEND"] = "Agg"
+    elif name == "hub" and not proxy():
+        print("./course hub: npm ci --prefix deploy failed", file=sys.stderr)
+        return 2
+    exec_([str(venv_python()), "-m", MODULES[name], *rest], env)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="./course", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The course's one command; it works in the course folder from anywhere.",
+        epilog="Each command's own options: ./course COMMAND --help. The tiers of ./course test: --unit (no "
+               "subprocess, seconds), --quick (every test not marked slow), none (everything, what CI runs).")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (who, line) in COMMANDS.items():
+        sub.add_parser(name, help=f"{who}: {line}", add_help=False)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ap = parser()
+    if not argv or argv[0] in ("help", "-h", "--help"):
+        ap.print_help()
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"./course: unknown command {command!r}; one of: {', '.join(COMMANDS)} (./course help)",
+              file=sys.stderr)
+        return 2
+    if command == "setup":
+        if rest:
+            print(f"./course setup: takes no arguments (got {' '.join(rest)})", file=sys.stderr)
+            return 2
+        setup(quiet_when_done=False)
+        return 0
+    if command == "lab":
+        return cmd_lab(rest)
+    if command == "edit":
+        return cmd_edit(rest)
+    if command == "test":
+        return cmd_test(rest)
+    return cmd_module(command, rest)
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    sys.exit(main())
