@@ -65,6 +65,8 @@ TEST_TIER = {
                "test_counting_a_compiled_kernel_runs_it_interpreted_then_puts_it_back",
                "test_a_kernel_forked_for_grading_interprets_inside_the_sandbox"},
 }
+# fixtures that grade a whole class (on both engines): a test that needs one is left out of the quick tier
+SLOW_FIXTURES = {"runs", "class_grading", "graded_class"}
 # pytest's own fixtures that start nothing
 CHEAP_FIXTURES = {"request", "tmp_path", "tmp_path_factory", "tmpdir", "tmpdir_factory", "monkeypatch", "capsys",
                   "capsysbinary", "capfd", "capfdbinary", "caplog", "recwarn", "pytestconfig", "worker_id",
@@ -92,6 +94,8 @@ def pytest_collection_modifyitems(config, items):
         tier = tier_of(item)
         if not item.get_closest_marker(tier):
             item.add_marker(tier)
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow"):
+            item.add_marker("slow")
     _loadgroup(config, items)
 
 
