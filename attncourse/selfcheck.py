@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .course import grading_env, resolve_section
+from .course import grading_env, learner_notebook, resolve_section
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 VISIBLE = "visible checks (not scored)"
@@ -83,7 +83,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
 
     t0 = time.time()
     root, section = _course_and_section(section, root)
-    notebook = Path(notebook) if notebook else root / "notebooks" / section / f"{section}.ipynb"
+    notebook = Path(notebook) if notebook else learner_notebook(root, section)
     try:   # the saved file itself, never through a link
         saved = read_regular(notebook, MAX_NOTEBOOK_BYTES)
     except Refused as why:

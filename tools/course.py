@@ -140,10 +140,18 @@ def learner_copy(root: Path = ROOT) -> list[str]:
         if not (dst / folder.name).exists():
             shutil.copytree(folder, dst / folder.name, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
             copied.append(folder.name)
-    readme = src / "README.md"
-    if readme.is_file() and not (dst / "README.md").exists():
-        shutil.copy2(readme, dst / "README.md")
+    if copied and not (dst / "README.md").exists():
+        (dst / "README.md").write_text(LEARNER_README)
     return copied
+
+
+LEARNER_README = """# Your work
+
+Your own copy of the self-study notebooks, made by `./course lab` from `notebooks/` (which `./course build`
+regenerates). Save your work here: building and testing the course never read or write this folder. The last cell of
+each notebook, or `./course check NN` from a shell, grades your saved copy here. To start a section over, delete its
+folder: the next `./course lab` copies it again.
+"""
 
 
 def cmd_lab(rest: list[str]) -> int:
