@@ -100,13 +100,3 @@ def test_the_learners_work_survives_a_build_and_the_drift_test(tmp_path):
     p = build()
     assert p.returncode == 2 and "edited by hand" in p.stderr, p.stdout + p.stderr
     assert generated.read_bytes() == saved   # (and the build keeps it)
-
-
-@pytest.mark.parametrize("argv, code, says", [(["frobnicate"], 2, "unknown command 'frobnicate'"),
-                                              (["help"], 0, "./course"), ([], 0, "COMMAND")])
-def test_the_command_names_an_unknown_command(argv, code, says, capsys):
-    from tools.course import main
-
-    assert main(argv) == code
-    out = capsys.readouterr()
-    assert says in out.out + out.err

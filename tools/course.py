@@ -59,11 +59,20 @@ def base_env() -> dict:
 
 
 # -- set-up ---------------------------------------------------------------------------------------
+def inputs_hash() -> str:
+    """What the venv was installed from: requirements.txt and pyproject.toml (their bytes, not their times: a
+    checkout or a comment's edit that changes neither pin reinstalls nothing)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("requirements.txt", "pyproject.toml"):
+        h.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def needs_install() -> bool:
     stamp = venv() / ".installed"
-    if not stamp.is_file():
-        return True
-    return any((ROOT / f).stat().st_mtime > stamp.stat().st_mtime for f in ("requirements.txt", "pyproject.toml"))
+    return not stamp.is_file() or stamp.read_text().strip() != inputs_hash()
 
 
 def pip(step: str, args: list[str]) -> None:
@@ -91,7 +100,7 @@ def setup(quiet_when_done: bool = True) -> None:
     """Install (first time, or when requirements.txt or pyproject.toml changed since) into the venv."""
     if not needs_install():
         if not quiet_when_done:
-            say(f"{venv().name} is up to date (requirements.txt and pyproject.toml unchanged since the last install)")
+            say(f"{venv().name} is up to date (requirements.txt and pyproject.toml as at the last install)")
         return
     if (venv() / ".installed").is_file():
         say(f"requirements.txt or pyproject.toml changed since the last install: updating {venv().name}")
@@ -100,7 +109,7 @@ def setup(quiet_when_done: bool = True) -> None:
     pip("[1/3] pip itself", ["--quiet", "--upgrade", "pip"])
     pip("[2/3] the pinned requirements (requirements.txt)", ["-r", "requirements.txt"])
     pip("[3/3] the course package (editable, this folder)", ["--no-deps", "-e", "."])
-    (venv() / ".installed").touch()
+    (venv() / ".installed").write_text(inputs_hash() + "\n")
     say("set-up done")
 
 
@@ -216,6 +225,8 @@ def cmd_module(name: str, rest: list[str]) -> int:
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     elif name == "report":
         env["MPLBACKEND"] = "Agg"
+    elif name in ("build", "check"):
+        env["PYTHONUNBUFFERED"] = "1"   # their progress lines as they happen, on a pipe too (CI logs)
     elif name == "hub" and not proxy():
         print("./course hub: npm ci --prefix deploy failed", file=sys.stderr)
         return 2
