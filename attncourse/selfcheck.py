@@ -98,6 +98,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         env = grading_env(keep=keep, extra={RUNNING_ENV: "1"})
         env.setdefault("ATTNCOURSE_SANDBOX", "self")
         py = [sys.executable, "-m", "nbgrader"]
+        print("  preparing the check (nbgrader generate_assignment) ...", flush=True)
         gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
                              capture_output=True, text=True)
         if gen.returncode != 0:
@@ -105,6 +106,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
             return {"section": section, "error": why, "broken": GRADER_BROKEN, "exercises": [], "score": 0,
                     "max_score": None, "seconds": round(time.time() - t0, 1)}
         limit = [f"--Execute.timeout={timeout}"] if timeout else []
+        print("  grading your saved notebook in a fresh kernel (nbgrader autograde) ...", flush=True)
         ag = subprocess.run(py + ["autograde", section, "--create", "--force", *limit],
                             cwd=tmp, env=env, capture_output=True, text=True)
         graded = tmp / "autograded" / "me" / section / f"{section}.ipynb"
