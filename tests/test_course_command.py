@@ -57,3 +57,19 @@ def test_the_hubs_venv_copy_is_stamped_installed():
     """./course hub gives the instructor's course a venv copy that ./course must not reinstall into."""
     text = (ROOT / "deploy" / "hub.py").read_text()
     assert 'write_text(inputs_hash() + "\\n")' in text
+
+
+@pytest.mark.e2e   # starts a Python to read the section list
+@pytest.mark.parametrize("command", ["check", "edit"])
+def test_an_unknown_section_is_a_usage_error(command, monkeypatch, capsys):
+    """./course check 99 and ./course edit 99 exit 2 with the sections listed (the check's 1 is for a notebook that
+    could not be checked), before anything starts; the pairing: a known section gets past this step."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setattr(course, "setup", lambda *a, **k: None)
+    monkeypatch.setattr(course, "venv_python", lambda: Path(sys.executable))
+    assert course.main([command, "99"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"./course {command}: unknown section '99'; one of 01_tokens") and err.count("\n") == 1
+    assert course.section(command, "2") == "02_qkv_by_hand"

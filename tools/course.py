@@ -174,17 +174,24 @@ def cmd_lab(rest: list[str]) -> int:
     return 0
 
 
+def section(command: str, name: str) -> str | None:
+    """The section a command line names (``02``, ``2``, ``02_qkv_by_hand``), or None after saying why (stderr)."""
+    code = "import sys; from attncourse.course import resolve_section as r; print(r(sys.argv[1]))"
+    p = subprocess.run([str(venv_python()), "-c", code, name], capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        last = (p.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"./course {command}: {last.split(': ', 1)[-1]}", file=sys.stderr)
+        return None
+    return p.stdout.strip()
+
+
 def cmd_edit(rest: list[str]) -> int:
     setup()
     target = "source"
     if rest and not rest[0].startswith("-"):
-        code = "import sys; from attncourse.course import resolve_section as r; print(r(sys.argv[1]))"
-        p = subprocess.run([str(venv_python()), "-c", code, rest[0]], capture_output=True, text=True, cwd=ROOT)
-        if p.returncode != 0:
-            last = (p.stderr.strip().splitlines() or ["?"])[-1]
-            print(f"./course edit: {last.split(': ', 1)[-1]}", file=sys.stderr)
+        sec = section("edit", rest[0])
+        if sec is None:
             return 2
-        sec = p.stdout.strip()
         target, rest = f"source/{sec}/{sec}.ipynb", rest[1:]
     jupyter_lab(target, rest)
     return 0
@@ -219,6 +226,8 @@ def cmd_test(rest: list[str]) -> int:
 # -- the modules' commands ------------------------------------------------------------------------
 def cmd_module(name: str, rest: list[str]) -> int:
     setup()
+    if name == "check" and rest and not rest[0].startswith("-") and section("check", rest[0]) is None:
+        return 2   # a usage error, as the check's own exit codes say (1: the notebook, 2: the grader or usage)
     env = base_env()
     if name == "grade":
         env.update(OFFLINE, MPLBACKEND="Agg")
