@@ -86,7 +86,9 @@ def pip(step: str, args: list[str]) -> None:
         for line in p.stdout:
             line = line.rstrip()
             tail = (tail + [line])[-40:]
-            if line.startswith(("Collecting ", "Installing collected", "Successfully installed", "ERROR")):
+            # what it fetches (a download's size), unpacks from a local wheel, installs (the longest wait), or failed
+            if line.startswith(("Collecting ", "Downloading ", "Processing ", "Installing collected",
+                                "Successfully installed", "ERROR")):
                 text = line if len(line) < 110 else line[:107] + "..."
                 print(f"\r\033[K  {text}" if tty else f"  {text}", end="" if tty else "\n", flush=True)
     if tty:
