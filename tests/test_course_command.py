@@ -73,3 +73,29 @@ def test_an_unknown_section_is_a_usage_error(command, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"./course {command}: unknown section '99'; one of 01_tokens") and err.count("\n") == 1
     assert course.section(command, "2") == "02_qkv_by_hand"
+
+
+@pytest.mark.e2e   # starts a Python as the pip step
+def test_set_up_shows_pips_steps_and_says_it_works_while_pip_is_silent(tmp_path, monkeypatch, capsys):
+    """What pip fetches and installs is shown, its noise is not, and a silence longer than QUIET_S is filled with a
+    line saying how long the step has worked (first set-up: 3 minutes without a line while pip installs); a
+    failure ends with pip's last lines and exit status 1."""
+    import sys
+    from pathlib import Path
+
+    fake = tmp_path / "pip.py"   # stands in for `python -m pip install ...`: prints, then is silent, then prints
+    fake.write_text("import sys, time\nprint('WARNING: Location x is ignored', flush=True)\n"
+                    "print('Collecting torch==2.13.0', flush=True)\nprint('Installing collected packages: torch', "
+                    "flush=True)\ntime.sleep(1.5)\nprint('Successfully installed torch-2.13.0', flush=True)\n"
+                    "sys.exit(int(sys.argv[-1]))\n")
+    monkeypatch.setattr(course, "venv_python", lambda: Path(sys.executable))
+    monkeypatch.setattr(course, "QUIET_S", 0.5)
+    real = course.subprocess.Popen
+    monkeypatch.setattr(course.subprocess, "Popen", lambda cmd, **kw: real([cmd[0], str(fake), cmd[-1]], **kw))
+    course.pip("[2/3] the pinned requirements", ["0"])
+    out = capsys.readouterr().out
+    assert "Collecting torch==2.13.0" in out and "Successfully installed torch-2.13.0" in out
+    assert "still working" in out and "WARNING" not in out
+    with pytest.raises(SystemExit, match="pip failed"):
+        course.pip("[2/3] the pinned requirements", ["1"])
+    assert "WARNING: Location x is ignored" in capsys.readouterr().err

@@ -75,22 +75,44 @@ def needs_install() -> bool:
     return not stamp.is_file() or stamp.read_text().strip() != inputs_hash()
 
 
+SHOWN = ("Collecting ", "Downloading ", "Processing ", "Installing collected", "Successfully installed", "ERROR")
+QUIET_S = 30   # pip prints nothing while it installs (minutes for torch): a line every QUIET_S seconds says it works
+
+
 def pip(step: str, args: list[str]) -> None:
-    """Run one pip step, showing what it collects and installs (the first set-up takes minutes), not its noise;
-    on failure, its last lines and exit status 1."""
+    """Run one pip step, showing what it fetches (a download's size), unpacks from a local wheel, installs, or
+    failed, not its noise, and every QUIET_S seconds pip is silent how long it has worked; on failure, its last
+    lines and exit status 1."""
+    import queue
+    import threading
+    import time
+
     say(step)
     cmd = [str(venv_python()), "-m", "pip", "install", "--progress-bar", "off", "--disable-pip-version-check", *args]
     tail: list[str] = []
     tty = sys.stdout.isatty()
+
+    def show(text: str) -> None:
+        text = text if len(text) < 110 else text[:107] + "..."
+        print(f"\r\033[K  {text}" if tty else f"  {text}", end="" if tty else "\n", flush=True)
+
     with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
-        for line in p.stdout:
-            line = line.rstrip()
+        lines: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: [*map(lines.put, p.stdout), lines.put(None)], daemon=True).start()
+        t0 = last = time.monotonic()
+        while True:
+            try:
+                line = lines.get(timeout=QUIET_S)
+            except queue.Empty:
+                show(f"... still working ({time.monotonic() - t0:.0f} s into this step; "
+                     f"{time.monotonic() - last:.0f} s since pip's last line)")
+                continue
+            if line is None:
+                break
+            line, last = line.rstrip(), time.monotonic()
             tail = (tail + [line])[-40:]
-            # what it fetches (a download's size), unpacks from a local wheel, installs (the longest wait), or failed
-            if line.startswith(("Collecting ", "Downloading ", "Processing ", "Installing collected",
-                                "Successfully installed", "ERROR")):
-                text = line if len(line) < 110 else line[:107] + "..."
-                print(f"\r\033[K  {text}" if tty else f"  {text}", end="" if tty else "\n", flush=True)
+            if line.startswith(SHOWN):
+                show(line)
     if tty:
         print("\r\033[K", end="", flush=True)
     if p.returncode != 0:
