@@ -14,7 +14,7 @@ import pytest
 
 from attncourse.course import LEARNER_FOLDER, learner_notebook
 from tests.harness import ROOT
-from tools.course import LEARNER, learner_copy
+from tools.course import LEARNER, edited_in_notebooks, learner_copy
 
 SECTION = "02_qkv_by_hand"
 
@@ -43,6 +43,23 @@ def test_lab_copies_each_section_once_and_never_over_the_learners_work(tmp_path)
     assert mine.read_text() == '{"my": "answer"}'
     assert learner_copy(tmp_path) == []
     assert "./course lab" in (tmp_path / LEARNER / "README.md").read_text()
+
+
+def test_lab_names_work_saved_in_the_generated_folder(tmp_path):
+    """A learner who followed the old README saved their work in notebooks/: ./course lab copies it to work/ and
+    names the sections whose notebooks/ copy is not what the build wrote (the build would refuse them)."""
+    import hashlib
+
+    _notebooks(tmp_path, "01_tokens", SECTION)
+    (tmp_path / "graders" / "data").mkdir(parents=True)
+    for s in ("01_tokens", SECTION):
+        built = hashlib.sha256(f'{{"generated": "{s}"}}'.encode()).hexdigest()
+        (tmp_path / "graders" / "data" / f"{s}.build.json").write_text(json.dumps({"notebooks": built}))
+    assert edited_in_notebooks(tmp_path, ["01_tokens", SECTION]) == []
+    (tmp_path / "notebooks" / SECTION / f"{SECTION}.ipynb").write_text('{"my": "answer"}')
+    assert edited_in_notebooks(tmp_path, ["01_tokens", SECTION]) == [SECTION]
+    learner_copy(tmp_path)
+    assert (tmp_path / LEARNER / SECTION / f"{SECTION}.ipynb").read_text() == '{"my": "answer"}'
 
 
 def test_check_grades_the_learners_copy(tmp_path):

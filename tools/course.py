@@ -187,12 +187,31 @@ folder: the next `./course lab` copies it again.
 """
 
 
+def edited_in_notebooks(root: Path, sections: list[str]) -> list[str]:
+    """The sections whose notebooks/ copy is not what the last build wrote (graders/data/NN.build.json): work a
+    learner saved there, as README once said to."""
+    import hashlib
+    import json
+
+    edited = []
+    for s in sections:
+        stamp, nb = root / "graders" / "data" / f"{s}.build.json", root / "notebooks" / s / f"{s}.ipynb"
+        if stamp.is_file() and nb.is_file():
+            if hashlib.sha256(nb.read_bytes()).hexdigest() != json.loads(stamp.read_text()).get("notebooks"):
+                edited.append(s)
+    return edited
+
+
 def cmd_lab(rest: list[str]) -> int:
     setup()
     copied = learner_copy()
     if copied:
         say(f"copied {len(copied)} section(s) from notebooks/ to {LEARNER}/ (your work goes there; "
             f"./course build and the tests never touch it): {', '.join(copied)}")
+        edited = edited_in_notebooks(ROOT, copied)
+        if edited:
+            say(f"your saved work in notebooks/ ({', '.join(edited)}) is in {LEARNER}/ now; `git checkout notebooks/` "
+                "puts back the generated files (./course build refuses to overwrite an edited one)")
     jupyter_lab(LEARNER + "/", rest)
     return 0
 
