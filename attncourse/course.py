@@ -42,6 +42,25 @@ def resolve_section(name: str) -> str:
     return match[0]
 
 
+# The self-study learner's own copies of notebooks/ (``./course lab`` makes them): generated files are never edited
+# by hand, so ``./course build`` and the tests cannot clash with saved work. tools/course.py and .gitignore name it too.
+LEARNER_FOLDER = "work"
+
+
+def learner_notebook(root, section: str, cwd=None):
+    """The notebook a self-check grades when none is named: the one beside the running kernel when that is a copy in
+    work/ or notebooks/ (Jupyter starts a notebook's kernel in its folder), else the learner's copy in work/, else
+    the generated one in notebooks/."""
+    from pathlib import Path
+
+    root, name = Path(root).resolve(), f"{section}.ipynb"
+    here = Path(cwd or os.getcwd()).resolve()
+    if (here / name).is_file() and here.name == section and here.parent in (root / LEARNER_FOLDER, root / "notebooks"):
+        return here / name
+    mine = root / LEARNER_FOLDER / section / name
+    return mine if mine.is_file() else root / "notebooks" / section / name
+
+
 def missing_requirement(section: str) -> str | None:
     """Why ``section`` cannot run here (a module it needs is not installed: :data:`NEEDS`), or None."""
     import importlib.util

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .course import grading_env, resolve_section
+from .course import grading_env, learner_notebook, resolve_section
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 VISIBLE = "visible checks (not scored)"
@@ -83,7 +83,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
 
     t0 = time.time()
     root, section = _course_and_section(section, root)
-    notebook = Path(notebook) if notebook else root / "notebooks" / section / f"{section}.ipynb"
+    notebook = Path(notebook) if notebook else learner_notebook(root, section)
     try:   # the saved file itself, never through a link
         saved = read_regular(notebook, MAX_NOTEBOOK_BYTES)
     except Refused as why:
@@ -98,6 +98,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
         env = grading_env(keep=keep, extra={RUNNING_ENV: "1"})
         env.setdefault("ATTNCOURSE_SANDBOX", "self")
         py = [sys.executable, "-m", "nbgrader"]
+        print("  preparing the check (nbgrader generate_assignment) ...", flush=True)
         gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
                              capture_output=True, text=True)
         if gen.returncode != 0:
@@ -105,6 +106,7 @@ def run_check(section: str, notebook: Path | None = None, root: Path | None = No
             return {"section": section, "error": why, "broken": GRADER_BROKEN, "exercises": [], "score": 0,
                     "max_score": None, "seconds": round(time.time() - t0, 1)}
         limit = [f"--Execute.timeout={timeout}"] if timeout else []
+        print("  grading your saved notebook in a fresh kernel (nbgrader autograde) ...", flush=True)
         ag = subprocess.run(py + ["autograde", section, "--create", "--force", *limit],
                             cwd=tmp, env=env, capture_output=True, text=True)
         graded = tmp / "autograded" / "me" / section / f"{section}.ipynb"

@@ -25,6 +25,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from attncourse.course import SECTIONS, resolve_section
@@ -125,10 +126,12 @@ def build(section: str, root: Path, force: bool = False, log=print) -> dict:
     inputs = reference_inputs(paths, nb)
     edited_data = before["data"] is not None and sha(before["data"]) != stamp.get("data")
     if inputs != stamp.get("reference_inputs") or before["data"] is None or edited_data or force:
+        log(f"  rebuilding {paths.rel(paths.data)} (the instructor's solutions run on every hidden case) ...")
         write_references(section, paths, log)
     else:
         log(f"  {paths.rel(paths.data)}: up to date (no solution, given cell, hidden test or spec changed)")
     check_cases(paths, nb)
+    log(f"  writing {paths.rel(paths.release.parent)}/ (nbgrader generate_assignment: the longest step) ...")
     generate_release(section, paths.root)
     generate_selfstudy(section, paths.root)
     if not force:
@@ -226,9 +229,12 @@ def main(argv=None) -> int:
     root = Path(args.root).resolve()
     try:
         names = [s for n in args.sections for s in (SECTIONS if n == "all" else [resolve_section(n)])]
-        for section in dict.fromkeys(names):
-            print(f"building {section}")
+        todo = list(dict.fromkeys(names))
+        for i, section in enumerate(todo, 1):
+            t0 = time.monotonic()
+            print(f"building {section}" + (f" ({i} of {len(todo)})" if len(todo) > 1 else ""), flush=True)
             build(section, root, force=args.force)
+            print(f"built {section} in {time.monotonic() - t0:.1f} s", flush=True)
     except (BuildError, ValueError) as exc:
         print(f"./course build: {exc}", file=sys.stderr)
         return 2

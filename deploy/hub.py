@@ -56,7 +56,7 @@ COURSE_FOLDER = "attention-transformers"
 # what the instructor's course copy leaves out (rebuilt or per-machine), and what it never copies
 COPY_IGNORE = (".venv", "attncourse", ".git", "__pycache__", "*.pyc", ".pytest_cache", "node_modules", "artifacts", "*.egg-info",
                "submitted", "autograded", "feedback", "gradebook.db", "gradebook.db-journal", ".classgrade", "reports",
-               ".ipynb_checkpoints")
+               ".ipynb_checkpoints", "work")   # work: a self-study learner's own notebooks (./course lab)
 # the lab plugins a student does not need: formgrader, the Create Assignment toolbar, the course list
 STUDENT_LAB_OFF = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
                    "@jupyter/nbgrader:course-list"]
@@ -447,7 +447,9 @@ def shared_venv(dest: Path, python: str) -> Path:
             out = dest / "bin" / script.name
             out.write_bytes(f"#!{dest}/bin/python".encode() + b"\n" + rest)
             out.chmod(0o755)
-    (dest / ".installed").touch()   # ./course in the instructor's copy: nothing to install
+    from tools.course import inputs_hash
+
+    (dest / ".installed").write_text(inputs_hash() + "\n")   # ./course in the instructor's copy: nothing to install
     _readable_by_all(dest)
     return dest
 

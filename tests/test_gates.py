@@ -38,6 +38,10 @@ def _shared_folder(tmp_root: str) -> Path:
     return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "gates"
 
 
+class GradingFailed(RuntimeError):
+    """The section's grading failed in an earlier test of this run (its error, once)."""
+
+
 @functools.lru_cache(maxsize=None)
 def graded(section: str, tmp_root: str):
     """The section graded once per test run: the first worker to ask grades it, under a lock; any other
@@ -49,26 +53,38 @@ def graded(section: str, tmp_root: str):
     folder = _shared_folder(tmp_root)
     folder.mkdir(parents=True, exist_ok=True)
     root, done = folder / section, folder / f"{section}.results.json"
+    failed = folder / f"{section}.failed.txt"   # grading failed once: every later test says so, none regrades
     spec = load_section(section) if section in available_sections() else None
     with open(folder / f"{section}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.is_file():
+            raise GradingFailed(f"grading {section} failed earlier in this run (not tried again): {failed.read_text()}")
         if not done.is_file():
-            course = Course(root, [section])
-            course.generate(section)
-            subs, rounds = _submissions(spec, course.source_nb(section), course.release_nb(section))
-            for student, nb in subs.items():
-                course.submit(student, section, nb)
-            course.autograde(section)
-            results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
-            _write_score_table(section, rounds, results)
-            if skipped_when_grading(course.source_nb(section)):   # the prose quotes what those cells print
-                nbformat.write(run_all(section, course.root)[0], str(folder / f"{section}.run_all.ipynb"))
-            done.write_text(json.dumps(results))
+            try:
+                _grade(section, spec, root, folder)
+            except BaseException as exc:   # pytest.fail and timeouts too: the next test says so instead of regrading
+                failed.write_text(f"{type(exc).__name__}: {exc}"[-4000:])
+                raise
     course = Course.open(root)     # every worker reads the same: the course folder and the results file
     source = course.source_nb(section)
     _, rounds = _submissions(spec, source, course.release_nb(section))
     results = {s: (scores, messages) for s, (scores, messages) in json.loads(done.read_text()).items()}
     return course, spec, source, rounds, results
+
+
+def _grade(section: str, spec, root: Path, folder: Path) -> None:
+    """Grade the section's batch once: results in ``folder/NN.results.json`` (and the run-all notebook)."""
+    course = Course(root, [section])
+    course.generate(section)
+    subs, rounds = _submissions(spec, course.source_nb(section), course.release_nb(section))
+    for student, nb in subs.items():
+        course.submit(student, section, nb)
+    course.autograde(section)
+    results = {s: (course.scores(section, s), course.messages(section, s)) for s in subs}
+    _write_score_table(section, rounds, results)
+    if skipped_when_grading(course.source_nb(section)):   # the prose quotes what those cells print
+        nbformat.write(run_all(section, course.root)[0], str(folder / f"{section}.run_all.ipynb"))
+    (folder / f"{section}.results.json").write_text(json.dumps(results))
 
 
 def skipped_when_grading(nb) -> list[int]:
@@ -322,3 +338,23 @@ def test_class_report_counts_every_student_and_names_each_cause_once(section, tm
         k for k in data["mistakes"] if k.startswith("how.")}, set(data["mistakes"]) - causes
     if section == "02_qkv_by_hand":
         assert "not_scaled" not in data["mistakes"] and "no_scale" in data["mistakes"]
+
+
+@pytest.mark.unit
+def test_a_failed_grading_is_reported_again_not_redone(tmp_path, monkeypatch):
+    """A section whose grading failed is not graded again by each of its tests: the later ones get the first error.
+    (The pairing: the first call does grade, and fails with the grading's own error.)"""
+    calls = []
+
+    def broken(section, *_a):
+        calls.append(section)
+        raise RuntimeError("nbgrader autograde exited 1")
+
+    monkeypatch.setitem(globals(), "_grade", broken)
+    section = with_source()[0]
+    with pytest.raises(RuntimeError, match="exited 1"):
+        graded(section, str(tmp_path / "run"))   # (its "gates" folder is inside tmp_path, with or without xdist)
+    for _ in range(2):
+        with pytest.raises(GradingFailed, match="failed earlier in this run.*exited 1"):
+            graded(section, str(tmp_path / "run"))   # (its "gates" folder is inside tmp_path, with or without xdist)
+    assert calls == [section]

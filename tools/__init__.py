@@ -1,0 +1,1 @@
+"""Course tooling run from the checkout (not installed): the ./course command."""
