@@ -1,7 +1,8 @@
 """Hidden cases for section 10: efficient attention.
 
-Nine graded exercises: ``online_softmax``, ``tiled_attention``, ``predicted_bytes`` (predict, then measure),
-``predicted_causal_tiles`` (predict, then count), ``grouped_query_attention`` (graded on how too: no tensor as large
+Ten graded exercises: ``online_softmax``, ``tiled_attention``, ``predicted_bytes`` (predict, then measure),
+``predicted_causal_tiles`` (predict, then count), ``flash_backward`` (the backward pass from the output and the
+log-sum-exp, tile by tile: graded on how too, never a T×T tensor), ``grouped_query_attention`` (graded on how too: no tensor as large
 as the keys copied per query head), ``predicted_cache_mib`` (predict, then measure), ``SlidingWindowCache`` (graded
 through the notebook's locked ``given_window_probe`` cell: ``Exercise.wrap``), ``predicted_bf16_gap`` (predict,
 then measure) and ``combine_partials`` (find the bug: the notebook hands out the ``max_not_lse`` mistake).
@@ -463,6 +464,157 @@ PRED_TILES = Exercise(
                 })],
 )
 
+# ---------------------------------------------------------------- flash_backward
+BWD_REF = CELLS["flash_backward"]
+
+
+def _bwd(*pairs):
+    return patch(BWD_REF, *pairs)
+
+
+def _bwd_args(*lead, t_q=8, t_k=None, d=4, bq=3, bk=3, causal=False, scale=1.0):
+    """q, k, v, the output and log-sum-exp of attention over them (float64 at build time), a gradient of the output,
+    and the tile sizes."""
+    t_k = t_q if t_k is None else t_k
+
+    def args(g):
+        q = scale * torch.randn(*lead, t_q, d, generator=g, dtype=torch.float64)
+        k = torch.randn(*lead, t_k, d, generator=g, dtype=torch.float64)
+        v = torch.randn(*lead, t_k, d, generator=g, dtype=torch.float64)
+        s = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if causal:
+            s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+        d_out = torch.randn(*lead, t_q, d, generator=g, dtype=torch.float64)
+        return q, k, v, s.softmax(-1) @ v, s.logsumexp(-1), d_out, bq, bk
+    return args
+
+
+def _bwd_case(name, what, causal=False, **kw):
+    shape = {k: kw.pop(k) for k in ("lead", "t_q", "t_k", "d", "bq", "bk", "scale") if k in kw}
+    lead = shape.pop("lead", ())
+    return Case(name, what, args=_bwd_args(*lead, causal=causal, **shape), kwargs={"causal": True} if causal else {},
+                labels=["dq", "dk", "dv"], **kw)
+
+
+def _bwd_largest(a, k):
+    """The inputs, or a few tiles: (block_q, T_k), (T_q, block_k) or (block_q, block_k, d) per leading index —
+    never (T_q, T_k)."""
+    q, keys, v, out, lse, d_out, bq, bk = a
+    lead = q.numel() // (q.shape[-2] * q.shape[-1])
+    t_q, t_k, d = q.shape[-2], keys.shape[-2], q.shape[-1]
+    return max(q.numel(), keys.numel(), v.numel(), out.numel(),
+               lead * max(min(bq, t_q) * t_k, t_q * min(bk, t_k), min(bq, t_q) * min(bk, t_k) * d))
+
+
+BWD = Exercise(
+    name="flash_backward",
+    cell="flash_backward",
+    reference=BWD_REF,
+    how=How(refuse=(SDPA,), largest=_bwd_largest),
+    messages={"how.largest": "a tensor with T_q × T_k entries was made: the backward pass recomputes the weights tile "
+                             "by tile from the log-sum-exp (P = exp(S − lse)); it never rebuilds the whole score "
+                             "matrix (nor runs autograd through plain attention, which keeps it)."},
+    mistakes=[
+        Mistake("no_d_term", "dS = P ∘ dP misses the softmax's own term: each row's weights sum to 1, so "
+                "dS = P ∘ (dP − D) with D = rowsum(dO ∘ O), the row's Σ_j P_ij dP_ij (dV stays right, dQ and dK do "
+                "not).", _bwd("ds = p * (dp - D[..., i:i + block_q, :])", "ds = p * dp")),
+        Mistake("d_from_tile", "D is summed over one tile of keys only: it is Σ_j P_ij dP_ij over the whole row, "
+                "which no tile sees; compute it once from the output, D = rowsum(dO ∘ O).",
+                _bwd("ds = p * (dp - D[..., i:i + block_q, :])",
+                     "ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))")),
+        Mistake("max_not_lse", "the tile's weights are normalised by its own maximum, exp(S − max): they must be the "
+                "softmax's weights of the whole row, exp(S − lse), with the saved log-sum-exp.",
+                _bwd("p = torch.exp(s - lse[..., i:i + block_q, None].to(f))",
+                     "p = torch.exp(s - s.amax(dim=-1, keepdim=True))")),
+        Mistake("dk_unscaled", "dK misses the 1/√d of the scores S = Q Kᵀ / √d (dQ has it): both come through S.",
+                _bwd("dk[..., j:j + block_k, :] += ds.transpose(-2, -1) @ qi * scale",
+                     "dk[..., j:j + block_k, :] += ds.transpose(-2, -1) @ qi")),
+        Mistake("local_causal", "the causal mask compares positions inside the tiles: a key tile starting at j holds "
+                "the keys j, j + 1, …; compare those global positions with the query tile's.",
+                _bwd("torch.arange(j, j + kj.shape[-2], device=q.device)",
+                     "torch.arange(kj.shape[-2], device=q.device)")),
+    ],
+    variants=[
+        Variant("key_tiles_outer", '''
+def flash_backward(q, k, v, out, lse, d_out, block_q, block_k, causal=False):
+    f = torch.promote_types(q.dtype, torch.float32)
+    d = q.shape[-1]
+    do = d_out.to(f)
+    D = torch.einsum("...id,...id->...i", do, out.to(f))[..., None]            # (..., T_q, 1)
+    dq = torch.zeros(q.shape, dtype=f, device=q.device)
+    dks, dvs = [], []
+    for j in range(0, k.shape[-2], block_k):                      # FlashAttention-2's order: dK, dV per key tile
+        kj, vj = k[..., j:j + block_k, :].to(f), v[..., j:j + block_k, :].to(f)
+        dk_j, dv_j = torch.zeros_like(kj), torch.zeros_like(vj)
+        for i in range(0, q.shape[-2], block_q):
+            qi = q[..., i:i + block_q, :].to(f)
+            s = torch.einsum("...id,...jd->...ij", qi, kj) / d ** 0.5
+            if causal:
+                allowed = (torch.arange(j, j + kj.shape[-2], device=q.device)[None, :]
+                           <= torch.arange(i, i + qi.shape[-2], device=q.device)[:, None]).to(f)   # 0/1 mask
+                s = s + torch.log(allowed)
+            p = torch.exp(s - lse[..., i:i + block_q].to(f)[..., None])
+            dp = torch.einsum("...id,...jd->...ij", do[..., i:i + block_q, :], vj)
+            ds = p * (dp - D[..., i:i + block_q, :])
+            dv_j = dv_j + torch.einsum("...ij,...id->...jd", p, do[..., i:i + block_q, :])
+            dk_j = dk_j + torch.einsum("...ij,...id->...jd", ds, qi) / d ** 0.5
+            dq[..., i:i + block_q, :] += torch.einsum("...ij,...jd->...id", ds, kj) / d ** 0.5
+        dks.append(dk_j)
+        dvs.append(dv_j)
+    return dq.to(q.dtype), torch.cat(dks, dim=-2).to(k.dtype), torch.cat(dvs, dim=-2).to(v.dtype)
+'''),
+        Variant("all_queries_per_key_tile", '''
+def flash_backward(q, k, v, out, lse, d_out, block_q, block_k, causal=False):
+    scale = q.shape[-1] ** -0.5
+    D = (d_out * out).sum(-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    pos = torch.arange(q.shape[-2], device=q.device)[:, None]
+    for j in range(0, k.shape[-2], block_k):                      # all queries against one key tile at a time
+        kj, vj = k[..., j:j + block_k, :], v[..., j:j + block_k, :]
+        s = q @ kj.mT * scale
+        if causal:
+            s = torch.where(torch.arange(j, j + kj.shape[-2], device=q.device) <= pos, s,
+                            torch.tensor(float("-inf"), dtype=s.dtype, device=s.device))
+        p = torch.exp(s - lse.unsqueeze(-1))
+        ds = p * (d_out @ vj.mT - D)
+        dv[..., j:j + block_k, :] = p.mT @ d_out
+        dk[..., j:j + block_k, :] = ds.mT @ q * scale
+        dq = dq + ds @ kj * scale
+    return dq, dk, dv
+'''),
+    ],
+    shortcuts=[
+        Shortcut("autograd_plain", """
+def flash_backward(q, k, v, out, lse, d_out, block_q, block_k, causal=False):
+    with torch.enable_grad():                                     # autograd through plain attention: keeps T x T
+        q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
+        s = q2 @ k2.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        return torch.autograd.grad(torch.softmax(s, dim=-1) @ v2, (q2, k2, v2), d_out)
+""", keeps=("one_tile", "bfloat16")),     # T x T is no more than a tile (8 x 8 > T = 5) or a few (T = 6, 4 x 4 x d)
+    ],
+    cases=[
+        _bwd_case("basic", "T=8, d=4, tiles of 3 x 3 (the last ones shorter)"),
+        _bwd_case("heads", "(B=2, h=3, T=10, d=8), tiles of 4 queries x 3 keys", lead=(2, 3), t_q=10, d=8, bq=4, bk=3,
+                  seed=1),
+        _bwd_case("cross", "T_q=5 queries, T_k=9 keys, tiles of 2 x 4", lead=(2,), t_q=5, t_k=9, bq=2, bk=4, seed=2),
+        _bwd_case("one_tile", "T=5, tiles of 8 x 8 > T", t_q=5, bq=8, bk=8, seed=3),
+        _bwd_case("causal", "causal, (2, T=9, d=4), tiles of 4 x 4", causal=True, lead=(2,), t_q=9, bq=4, bk=4, seed=4),
+        _bwd_case("causal_ragged", "causal, T=11, tiles of 4 queries x 3 keys", causal=True, t_q=11, bq=4, bk=3, seed=5),
+        _bwd_case("large_scores", "scores in the tens, T=7, tiles of 3 x 2", t_q=7, bq=3, bk=2, scale=12.0, seed=6),
+        _bwd_case("long_causal", "causal, T=48, tiles of 8 x 6 (a (T, T) tensor is far more than a few tiles here)",
+                  causal=True, t_q=48, bq=8, bk=6, seed=7),
+        _bwd_case("float64", "float64, causal, (2, T=7, d=4), tiles of 3 x 2", causal=True, lead=(2,), t_q=7, bq=3,
+                  bk=2, dtype="float64", seed=8),
+        _bwd_case("bfloat16", "bfloat16, (T=6, d=4), tiles of 4 x 4", t_q=6, bq=4, bk=4, dtype="bfloat16", seed=9),
+        _bwd_case("best_device", "on the best device (CUDA when present), causal, T=9, tiles of 4 x 4", causal=True,
+                  t_q=9, bq=4, bk=4, device="best", seed=10),
+        _bwd_case("meta", "on the meta device, causal, T=9, tiles of 4 x 4", causal=True, t_q=9, bq=4, bk=4,
+                  device="meta"),
+    ],
+)
+
 # ---------------------------------------------------------------- grouped_query_attention
 GQA_REF = CELLS["grouped_query_attention"]
 
@@ -863,6 +1015,10 @@ POINTS = {   # what each hidden check is worth; a hidden cell's points are the s
     "grouped_query_attention": {"gqa": 0.75, "mqa": 0.75, "mha": 0.75, "cross": 0.75, "decode": 0.5,
                                 "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
     "predicted_causal_tiles": {"value": 2},
+    # long_causal is where a (T, T) tensor is far more than a few tiles (autograd through plain attention keeps it)
+    "flash_backward": {"basic": 0.5, "heads": 0.5, "cross": 0.5, "one_tile": 0.375, "causal": 0.5,
+                       "causal_ragged": 0.625, "large_scores": 0.5, "long_causal": 1.0, "float64": 0.125,
+                       "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
     "predicted_cache_mib": {"value": 2},
     "SlidingWindowCache": {"one_by_one": 1.25, "long_prompt": 1.125, "chunks": 1.125, "wide_window": 1.125,
                            "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
@@ -871,5 +1027,5 @@ POINTS = {   # what each hidden check is worth; a hidden cell's points are the s
                          "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
 }
 
-SECTION = Section("10_efficient_attention", [ONLINE, TILED, PRED_BYTES, PRED_TILES, GQA, PRED_CACHE, WINDOW, PRED_GAP, COMBINE],
+SECTION = Section("10_efficient_attention", [ONLINE, TILED, PRED_BYTES, PRED_TILES, BWD, GQA, PRED_CACHE, WINDOW, PRED_GAP, COMBINE],
                   points=POINTS)

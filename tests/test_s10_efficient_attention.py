@@ -186,7 +186,8 @@ def test_gqa_reference_does_not_copy_and_the_copy_shortcut_is_refused():
 # ---------------------------------------------------------------- query tiles, causal tiles skipped, backward
 def _flash():
     ns: dict = {}
-    exec(PRELUDE + source_cells(SECTION)["flash_forward"] + "\n" + source_cells(SECTION)["flash_backward"], ns)
+    cells = source_cells(SECTION)
+    exec(PRELUDE + "\n".join(cells[n] for n in ("flash_forward", "flash_backward", "flash_function")), ns)
     return ns
 
 
@@ -208,8 +209,9 @@ def test_flash_backward_passes_gradcheck_and_without_the_d_term_fails():
     code = source_cells(SECTION)["flash_backward"]
     assert "ds = p * (dp - D[..., i:i + block_q, :])" in code
     wrong: dict = {}
-    exec(PRELUDE + source_cells(SECTION)["flash_forward"] + "\n"
-         + code.replace("ds = p * (dp - D[..., i:i + block_q, :])", "ds = p * dp"), wrong)
+    no_d = [m for m in _ex("flash_backward").mistakes if m.key == "no_d_term"][0].code      # the named mistake
+    exec(PRELUDE + source_cells(SECTION)["flash_forward"] + "\n" + no_d + "\n" + source_cells(SECTION)["flash_function"],
+         wrong)
     assert not torch.autograd.gradcheck(lambda q, k, v: wrong["FlashAttention"].apply(q, k, v, 4, 3, False),
                                         (q, k, v), raise_exception=False)
 
