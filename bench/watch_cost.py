@@ -9,7 +9,8 @@ total per section.
 
 Measured (OMP_NUM_THREADS=1, 9 runs, a loaded 2-core machine; CPU seconds): about 20 µs per operation;
 02 +3.2 ms for its 13 checks (0.25 ms each), 04 +8.2 ms (0.82), 06 +2.0 ms (0.25), 09 +5.2 ms (0.74),
-10 +40.9 ms for 23 checks (1.78 ms each; tiled_attention:long_causal, 254 operations, +5.2 ms).
+10 +118.6 ms for 44 checks (2.69 ms each; flash_backward:long_causal, 1218 operations, +16.3 ms; before issue 38's
+GQA and backward checks: +40.9 ms for 23).
 """
 from __future__ import annotations
 

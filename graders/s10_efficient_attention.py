@@ -1,7 +1,9 @@
 """Hidden cases for section 10: efficient attention.
 
-Eight graded exercises: ``online_softmax``, ``tiled_attention``, ``predicted_bytes`` (predict, then measure),
-``grouped_query_attention``, ``predicted_cache_mib`` (predict, then measure), ``SlidingWindowCache`` (graded
+Ten graded exercises: ``online_softmax``, ``tiled_attention``, ``predicted_bytes`` (predict, then measure),
+``predicted_causal_tiles`` (predict, then count), ``flash_backward`` (the backward pass from the output and the
+log-sum-exp, tile by tile: graded on how too, never a T×T tensor), ``grouped_query_attention`` (graded on how too: no tensor as large
+as the keys copied per query head), ``predicted_cache_mib`` (predict, then measure), ``SlidingWindowCache`` (graded
 through the notebook's locked ``given_window_probe`` cell: ``Exercise.wrap``), ``predicted_bf16_gap`` (predict,
 then measure) and ``combine_partials`` (find the bug: the notebook hands out the ``max_not_lse`` mistake).
 
@@ -55,7 +57,7 @@ ONLINE = Exercise(
                 shows="exp() of large scores overflowing to inf (subtract each row's maximum before exp)"),
         Mistake("numerator_unshifted", "the numerators are exp(x), but the sum l was built from exp(x − m): divide "
                 "exp(x − m) by l, with the final running maximum m.",
-                _soft("return torch.exp(x - m) / l", "return torch.exp(x) / l")),
+                _soft("torch.exp(x.to(f) - m) / l", "torch.exp(x.to(f)) / l")),
         Mistake("last_block_dropped", "the last, shorter block is skipped when the row's length is not a multiple "
                 "of the block size (or the only block, when block exceeds the length): the loop must reach every "
                 "column, range(0, n, block).",
@@ -349,6 +351,31 @@ def tiled_attention(q, k, v, block_size, causal=False):
         l, acc, m = l * alpha + p.sum(-1, keepdim=True), acc * alpha + p @ v[..., start:start + tile, :], m_new
     return acc / l
 '''),
+        Variant("query_tiles_skip_causal", '''
+def tiled_attention(q, k, v, block_size, causal=False):
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    f = torch.promote_types(q.dtype, torch.float32)
+    outs = []
+    for i in range(0, T_q, block_size):                           # tiles of queries too, each on its own
+        qi = q[..., i:i + block_size, :].to(f) / math.sqrt(q.shape[-1])
+        rows = torch.arange(i, i + qi.shape[-2], device=q.device)[:, None]
+        m = torch.full(qi.shape[:-1] + (1,), float("-inf"), dtype=f, device=q.device)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(qi.shape[:-1] + (v.shape[-1],), dtype=f, device=q.device)
+        for j in range(0, T_k, block_size):
+            if causal and j > i + qi.shape[-2] - 1:               # the tile lies above the diagonal: skipped
+                break
+            s = qi @ k[..., j:j + block_size, :].to(f).mT
+            if causal:
+                s = s.masked_fill(torch.arange(j, j + s.shape[-1], device=q.device) > rows, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+            p, alpha = torch.exp(s - m_new), torch.exp(m - m_new)
+            l = l * alpha + p.sum(-1, keepdim=True)
+            acc = acc * alpha + p @ v[..., j:j + block_size, :].to(f)
+            m = m_new
+        outs.append((acc / l).to(q.dtype))
+    return torch.cat(outs, dim=-2)
+'''),
     ],
     cases=[
         _tiled_case("basic", "T=8, d=4, blocks of 3", _qkv(), 3),
@@ -406,6 +433,188 @@ PRED_BYTES = Exercise(
                 })],
 )
 
+# ---------------------------------------------------------------- predict, then count: causal tiles skipped
+TILES_REF = CELLS["predicted_causal_tiles"]
+
+PRED_TILES = Exercise(
+    name="predicted_causal_tiles",
+    cell="predicted_causal_tiles",
+    reference=TILES_REF,
+    mistakes=[
+        Mistake("diagonal_skipped", "the tiles on the diagonal were skipped too: query tile i still sees key tile i "
+                "(its first query sees the tile's first key), so those 16 are computed and masked inside.",
+                "predicted_causal_tiles = (120, 136)"),
+        Mistake("half", "half of the 256 tiles is the area below the diagonal line, but a tile is computed whole or "
+                "not at all: the 16 tiles the diagonal crosses are all computed.",
+                "predicted_causal_tiles = (128, 128)"),
+        Mistake("none_skipped", "every tile computed is the non-causal count: a key tile that starts after the query "
+                "tile's last query holds only masked scores and is skipped.",
+                "predicted_causal_tiles = (256, 0)"),
+        Mistake("entries", "those count scores, not tiles: the question asks for (query tile, key tile) pairs of 256 "
+                "by 256.", "predicted_causal_tiles = (4096 * 4097 // 2, 4096 * 4095 // 2)"),
+    ],
+    variants=[Variant("literal", "predicted_causal_tiles = [136, 120]"),
+              Variant("from_n", "n = 4096 // 256\npredicted_causal_tiles = (n * (n + 1) / 2, n * n - n * (n + 1) / 2)")],
+    cases=[Case("value", "tiles computed and skipped by causal attention in 256 x 256 tiles, T=4096", kind="value",
+                api="any", atol=0.5, rtol=0.0,
+                hint="4096 / 256 = 16 tiles a side, 256 pairs; query tile i needs key tiles 0 … i, the diagonal one "
+                     "included: 1 + 2 + … + 16 computed.",
+                mistake_values={
+                    "swapped": ("the two are swapped: (computed, skipped).", [120, 136]),
+                })],
+)
+
+# ---------------------------------------------------------------- flash_backward
+BWD_REF = CELLS["flash_backward"]
+
+
+def _bwd(*pairs):
+    return patch(BWD_REF, *pairs)
+
+
+def _bwd_args(*lead, t_q=8, t_k=None, d=4, bq=3, bk=3, causal=False, scale=1.0):
+    """q, k, v, the output and log-sum-exp of attention over them (float64 at build time), a gradient of the output,
+    and the tile sizes."""
+    t_k = t_q if t_k is None else t_k
+
+    def args(g):
+        q = scale * torch.randn(*lead, t_q, d, generator=g, dtype=torch.float64)
+        k = torch.randn(*lead, t_k, d, generator=g, dtype=torch.float64)
+        v = torch.randn(*lead, t_k, d, generator=g, dtype=torch.float64)
+        s = q @ k.transpose(-2, -1) / math.sqrt(d)
+        if causal:
+            s = s.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool).triu(1), float("-inf"))
+        d_out = torch.randn(*lead, t_q, d, generator=g, dtype=torch.float64)
+        return q, k, v, s.softmax(-1) @ v, s.logsumexp(-1), d_out, bq, bk
+    return args
+
+
+def _bwd_case(name, what, causal=False, **kw):
+    shape = {k: kw.pop(k) for k in ("lead", "t_q", "t_k", "d", "bq", "bk", "scale") if k in kw}
+    lead = shape.pop("lead", ())
+    return Case(name, what, args=_bwd_args(*lead, causal=causal, **shape), kwargs={"causal": True} if causal else {},
+                labels=["dq", "dk", "dv"], **kw)
+
+
+def _bwd_largest(a, k):
+    """The inputs, or a few tiles: (block_q, T_k), (T_q, block_k) or (block_q, block_k, d) per leading index —
+    never (T_q, T_k)."""
+    q, keys, v, out, lse, d_out, bq, bk = a
+    lead = q.numel() // (q.shape[-2] * q.shape[-1])
+    t_q, t_k, d = q.shape[-2], keys.shape[-2], q.shape[-1]
+    return max(q.numel(), keys.numel(), v.numel(), out.numel(),
+               lead * max(min(bq, t_q) * t_k, t_q * min(bk, t_k), min(bq, t_q) * min(bk, t_k) * d))
+
+
+BWD = Exercise(
+    name="flash_backward",
+    cell="flash_backward",
+    reference=BWD_REF,
+    how=How(refuse=(SDPA,), largest=_bwd_largest),
+    messages={"how.largest": "a tensor with T_q × T_k entries was made: the backward pass recomputes the weights tile "
+                             "by tile from the log-sum-exp (P = exp(S − lse)); it never rebuilds the whole score "
+                             "matrix (nor runs autograd through plain attention, which keeps it)."},
+    mistakes=[
+        Mistake("no_d_term", "dS = P ∘ dP misses the softmax's own term: each row's weights sum to 1, so "
+                "dS = P ∘ (dP − D) with D = rowsum(dO ∘ O), the row's Σ_j P_ij dP_ij (dV stays right, dQ and dK do "
+                "not).", _bwd("ds = p * (dp - D[..., i:i + block_q, :])", "ds = p * dp")),
+        Mistake("d_from_tile", "D is summed over one tile of keys only: it is Σ_j P_ij dP_ij over the whole row, "
+                "which no tile sees; compute it once from the output, D = rowsum(dO ∘ O).",
+                _bwd("ds = p * (dp - D[..., i:i + block_q, :])",
+                     "ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))")),
+        Mistake("max_not_lse", "the tile's weights are normalised by its own maximum, exp(S − max): they must be the "
+                "softmax's weights of the whole row, exp(S − lse), with the saved log-sum-exp.",
+                _bwd("p = torch.exp(s - lse[..., i:i + block_q, None].to(f))",
+                     "p = torch.exp(s - s.amax(dim=-1, keepdim=True))")),
+        Mistake("dk_unscaled", "dK misses the 1/√d of the scores S = Q Kᵀ / √d (dQ has it): both come through S.",
+                _bwd("dk[..., j:j + block_k, :] += ds.transpose(-2, -1) @ qi * scale",
+                     "dk[..., j:j + block_k, :] += ds.transpose(-2, -1) @ qi")),
+        Mistake("local_causal", "the causal mask compares positions inside the tiles: a key tile starting at j holds "
+                "the keys j, j + 1, …; compare those global positions with the query tile's.",
+                _bwd("torch.arange(j, j + kj.shape[-2], device=q.device)",
+                     "torch.arange(kj.shape[-2], device=q.device)")),
+    ],
+    variants=[
+        Variant("key_tiles_outer", '''
+def flash_backward(q, k, v, out, lse, d_out, block_q, block_k, causal=False):
+    f = torch.promote_types(q.dtype, torch.float32)
+    d = q.shape[-1]
+    do = d_out.to(f)
+    D = torch.einsum("...id,...id->...i", do, out.to(f))[..., None]            # (..., T_q, 1)
+    dq = torch.zeros(q.shape, dtype=f, device=q.device)
+    dks, dvs = [], []
+    for j in range(0, k.shape[-2], block_k):                      # FlashAttention-2's order: dK, dV per key tile
+        kj, vj = k[..., j:j + block_k, :].to(f), v[..., j:j + block_k, :].to(f)
+        dk_j, dv_j = torch.zeros_like(kj), torch.zeros_like(vj)
+        for i in range(0, q.shape[-2], block_q):
+            qi = q[..., i:i + block_q, :].to(f)
+            s = torch.einsum("...id,...jd->...ij", qi, kj) / d ** 0.5
+            if causal:
+                allowed = (torch.arange(j, j + kj.shape[-2], device=q.device)[None, :]
+                           <= torch.arange(i, i + qi.shape[-2], device=q.device)[:, None]).to(f)   # 0/1 mask
+                s = s + torch.log(allowed)
+            p = torch.exp(s - lse[..., i:i + block_q].to(f)[..., None])
+            dp = torch.einsum("...id,...jd->...ij", do[..., i:i + block_q, :], vj)
+            ds = p * (dp - D[..., i:i + block_q, :])
+            dv_j = dv_j + torch.einsum("...ij,...id->...jd", p, do[..., i:i + block_q, :])
+            dk_j = dk_j + torch.einsum("...ij,...id->...jd", ds, qi) / d ** 0.5
+            dq[..., i:i + block_q, :] += torch.einsum("...ij,...jd->...id", ds, kj) / d ** 0.5
+        dks.append(dk_j)
+        dvs.append(dv_j)
+    return dq.to(q.dtype), torch.cat(dks, dim=-2).to(k.dtype), torch.cat(dvs, dim=-2).to(v.dtype)
+'''),
+        Variant("all_queries_per_key_tile", '''
+def flash_backward(q, k, v, out, lse, d_out, block_q, block_k, causal=False):
+    scale = q.shape[-1] ** -0.5
+    D = (d_out * out).sum(-1, keepdim=True)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    pos = torch.arange(q.shape[-2], device=q.device)[:, None]
+    for j in range(0, k.shape[-2], block_k):                      # all queries against one key tile at a time
+        kj, vj = k[..., j:j + block_k, :], v[..., j:j + block_k, :]
+        s = q @ kj.mT * scale
+        if causal:
+            s = torch.where(torch.arange(j, j + kj.shape[-2], device=q.device) <= pos, s,
+                            torch.tensor(float("-inf"), dtype=s.dtype, device=s.device))
+        p = torch.exp(s - lse.unsqueeze(-1))
+        ds = p * (d_out @ vj.mT - D)
+        dv[..., j:j + block_k, :] = p.mT @ d_out
+        dk[..., j:j + block_k, :] = ds.mT @ q * scale
+        dq = dq + ds @ kj * scale
+    return dq, dk, dv
+'''),
+    ],
+    shortcuts=[
+        Shortcut("autograd_plain", """
+def flash_backward(q, k, v, out, lse, d_out, block_q, block_k, causal=False):
+    with torch.enable_grad():                                     # autograd through plain attention: keeps T x T
+        q2, k2, v2 = (t.detach().requires_grad_() for t in (q, k, v))
+        s = q2 @ k2.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        return torch.autograd.grad(torch.softmax(s, dim=-1) @ v2, (q2, k2, v2), d_out)
+""", keeps=("one_tile", "bfloat16")),     # T x T is no more than a tile (8 x 8 > T = 5) or a few (T = 6, 4 x 4 x d)
+    ],
+    cases=[
+        _bwd_case("basic", "T=8, d=4, tiles of 3 x 3 (the last ones shorter)"),
+        _bwd_case("heads", "(B=2, h=3, T=10, d=8), tiles of 4 queries x 3 keys", lead=(2, 3), t_q=10, d=8, bq=4, bk=3,
+                  seed=1),
+        _bwd_case("cross", "T_q=5 queries, T_k=9 keys, tiles of 2 x 4", lead=(2,), t_q=5, t_k=9, bq=2, bk=4, seed=2),
+        _bwd_case("one_tile", "T=5, tiles of 8 x 8 > T", t_q=5, bq=8, bk=8, seed=3),
+        _bwd_case("causal", "causal, (2, T=9, d=4), tiles of 4 x 4", causal=True, lead=(2,), t_q=9, bq=4, bk=4, seed=4),
+        _bwd_case("causal_ragged", "causal, T=11, tiles of 4 queries x 3 keys", causal=True, t_q=11, bq=4, bk=3, seed=5),
+        _bwd_case("large_scores", "scores in the tens, T=7, tiles of 3 x 2", t_q=7, bq=3, bk=2, scale=12.0, seed=6),
+        _bwd_case("long_causal", "causal, T=48, tiles of 8 x 6 (a (T, T) tensor is far more than a few tiles here)",
+                  causal=True, t_q=48, bq=8, bk=6, seed=7),
+        _bwd_case("float64", "float64, causal, (2, T=7, d=4), tiles of 3 x 2", causal=True, lead=(2,), t_q=7, bq=3,
+                  bk=2, dtype="float64", seed=8),
+        _bwd_case("bfloat16", "bfloat16, (T=6, d=4), tiles of 4 x 4", t_q=6, bq=4, bk=4, dtype="bfloat16", seed=9),
+        _bwd_case("best_device", "on the best device (CUDA when present), causal, T=9, tiles of 4 x 4", causal=True,
+                  t_q=9, bq=4, bk=4, device="best", seed=10),
+        _bwd_case("meta", "on the meta device, causal, T=9, tiles of 4 x 4", causal=True, t_q=9, bq=4, bk=4,
+                  device="meta"),
+    ],
+)
+
 # ---------------------------------------------------------------- grouped_query_attention
 GQA_REF = CELLS["grouped_query_attention"]
 
@@ -421,52 +630,111 @@ def _gqa_args(b, h, h_kv, t_q, t_k, d):
     return args
 
 
+def _gqa_largest(a, k):
+    """The inputs, the scores (B, H, T_q, T_k) or the output: never the keys copied once per query head."""
+    q, keys, v = a
+    B, H, T_q, _ = q.shape
+    return max(q.numel(), keys.numel(), v.numel(), B * H * T_q * keys.shape[-2], B * H * T_q * v.shape[-1])
+
+
 GQA = Exercise(
     name="grouped_query_attention",
     cell="grouped_query_attention",
     reference=GQA_REF,
     mistakes=[
-        Mistake("heads_cycled", "the kv heads are tiled (0, 1, 0, 1, …): query head h must read kv head "
-                "h // (H // H_kv), so consecutive query heads share one (0, 0, …, 1, 1, …): repeat_interleave, not "
-                "repeat.",
-                _gqa("k = k.repeat_interleave(group, dim=1)", "k = k.repeat(1, group, 1, 1)",
-                     "v = v.repeat_interleave(group, dim=1)", "v = v.repeat(1, group, 1, 1)")),
+        Mistake("heads_cycled", "the kv heads are shared cyclically (query head h reads kv head h % H_kv): query "
+                "head h must read kv head h // (H // H_kv), so consecutive query heads share one (0, 0, …, 1, 1, "
+                "…): the G heads of a group are consecutive in q.",
+                _gqa("qg = q.reshape(B, H_kv, group * T_q, d)",
+                     "qg = q.reshape(B, group, H_kv, T_q, d).transpose(1, 2).reshape(B, H_kv, group * T_q, d)")),
         Mistake("no_scale", "the scores are not divided by √d.",
-                _gqa(" / math.sqrt(q.shape[-1])", "")),
+                _gqa(" / math.sqrt(d)", "")),
         Mistake("softmax_queries", "the softmax runs over the queries (dim=-2): each query's weights over the keys "
                 "must sum to 1, softmax over the last dim.",
                 _gqa("torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")),
-        Mistake("values_cycled", "the values are grouped differently from the keys: query head h must read the keys "
-                "*and* the values of kv head h // (H // H_kv).",
-                _gqa("v = v.repeat_interleave(group, dim=1)", "v = v.repeat(1, group, 1, 1)")),
+        Mistake("rows_interleaved", "the group's rows are put back in the wrong order: the rows of (B, H_kv, G·T_q, "
+                "d) are query head after query head (G blocks of T_q rows); reshape them to (B, H, T_q, d), not as "
+                "T_q blocks of G heads.",
+                _gqa("return out.reshape(B, H, T_q, v.shape[-1])",
+                     "return out.reshape(B, H_kv, T_q, group, v.shape[-1]).transpose(2, 3).reshape(B, H, T_q, "
+                     "v.shape[-1])")),
     ],
     variants=[
-        Variant("grouped_reshape", '''
+        Variant("grouped_einsum", '''
 def grouped_query_attention(q, k, v):
     B, H, T, d = q.shape
     H_kv = k.shape[1]
-    qg = q.reshape(B, H_kv, H // H_kv, T, d)                         # (B, H_kv, G, T, d)
-    s = qg @ k.unsqueeze(2).transpose(-2, -1) / d ** 0.5              # (B, H_kv, G, T, T_k)
-    return (s.softmax(-1) @ v.unsqueeze(2)).reshape(B, H, T, v.shape[-1])
+    qg = q.reshape(B, H_kv, H // H_kv, T, d)                          # (B, H_kv, G, T, d): a view
+    s = torch.einsum("bhgqd,bhkd->bhgqk", qg, k) / d ** 0.5            # (B, H_kv, G, T, T_k)
+    return torch.einsum("bhgqk,bhkd->bhgqd", s.softmax(-1), v).reshape(B, H, T, v.shape[-1])
 '''),
         Variant("fused_sdpa", '''
 def grouped_query_attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
 '''),
+        Variant("per_group_loop", '''
+def grouped_query_attention(q, k, v):
+    H, H_kv = q.shape[1], k.shape[1]
+    G = H // H_kv
+    outs = []
+    B, _, T_q, d = q.shape
+    for g in range(H_kv):                                             # one kv head serves G consecutive query heads
+        rows = q[:, g * G:(g + 1) * G].reshape(B, G * T_q, d)         # the group's queries as rows
+        s = torch.matmul(rows, k[:, g].transpose(-2, -1)) / math.sqrt(d)             # (B, G·T_q, T_k)
+        outs.append(torch.matmul(torch.softmax(s, dim=-1), v[:, g]).reshape(B, G, T_q, -1))
+    return torch.cat(outs, dim=1)
+'''),
+    ],
+    # The point of GQA is the memory of H_kv heads: no tensor as large as the keys repeated for every query head.
+    # Such a copy is the largest tensor where T_k > T_q (else q is as large) and d > T_q (else the scores are): every
+    # case but mha (one kv head per query head: nothing to copy) and the two device checks has fewer queries than keys.
+    how=How(largest=_gqa_largest),
+    messages={"how.largest": "the keys or values were copied once per query head (repeat_interleave, or expand "
+                             "made contiguous, or a product broadcasting k over the group): that allocates the "
+                             "memory GQA exists to save; fold each group's query heads into rows, q.reshape(B, "
+                             "H_kv, G·T_q, d), and multiply by the kv head once."},
+    shortcuts=[
+        Shortcut("repeat_interleave", '''
+def grouped_query_attention(q, k, v):
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)                             # (B, H, T_k, d): a copy per query head
+    v = v.repeat_interleave(group, dim=1)
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+''', keeps=("mha", "best_device", "meta")),
+        Shortcut("expand_contiguous", '''
+def grouped_query_attention(q, k, v):
+    B, H, T_q, d = q.shape
+    H_kv, T_k = k.shape[1], k.shape[2]
+    k = k[:, :, None].expand(B, H_kv, H // H_kv, T_k, d).reshape(B, H, T_k, d)     # reshape copies the expand
+    v = v[:, :, None].expand(B, H_kv, H // H_kv, T_k, v.shape[-1]).reshape(B, H, T_k, v.shape[-1])
+    return torch.softmax(q @ k.transpose(-2, -1) / d ** 0.5, dim=-1) @ v
+''', keeps=("mha", "mqa", "best_device", "meta")),     # one kv head: the expand's reshape is a view (a stride of 0), nothing copied
+        Shortcut("broadcast_matmul", '''
+def grouped_query_attention(q, k, v):
+    B, H, T, d = q.shape
+    H_kv = k.shape[1]
+    qg = q.reshape(B, H_kv, H // H_kv, T, d)                         # (B, H_kv, G, T, d)
+    s = qg @ k.unsqueeze(2).transpose(-2, -1) / d ** 0.5              # k broadcast over G: matmul copies it
+    return (s.softmax(-1) @ v.unsqueeze(2)).reshape(B, H, T, v.shape[-1])
+''', keeps=("mha", "mqa", "best_device", "meta")),     # one kv head: matmul folds the group into rows itself, nothing copied
     ],
     cases=[
-        Case("gqa", "8 query heads, 2 kv heads, (B=2, T=5, d=4)", args=_gqa_args(2, 8, 2, 5, 5, 4)),
-        Case("mqa", "MQA: 4 query heads, 1 kv head, T=6, d=8", args=_gqa_args(1, 4, 1, 6, 6, 8), seed=1),
+        Case("gqa", "8 query heads, 2 kv heads, (B=2, T_q=4, T_k=9, d=8)", args=_gqa_args(2, 8, 2, 4, 9, 8)),
+        Case("mqa", "MQA: 4 query heads, 1 kv head, T_q=2, T_k=10, d=8", args=_gqa_args(1, 4, 1, 2, 10, 8), seed=1),
         Case("mha", "MHA: 3 query heads, 3 kv heads", args=_gqa_args(2, 3, 3, 4, 4, 4), seed=2),
         Case("cross", "6 query heads, 2 kv heads, T_q=3, T_k=7", args=_gqa_args(1, 6, 2, 3, 7, 4), seed=3),
-        Case("float64", "float64, 6 query heads, 3 kv heads", dtype="float64", args=_gqa_args(2, 6, 3, 4, 4, 4),
+        Case("decode", "one generation step: 8 query heads, 2 kv heads, T_q=1 against T_k=12 cached keys, d=8",
+             args=_gqa_args(2, 8, 2, 1, 12, 8), seed=7),
+        Case("float64", "float64, 6 query heads, 3 kv heads, T_q=3, T_k=6", dtype="float64", args=_gqa_args(2, 6, 3, 3, 6, 8),
              seed=4),
-        Case("bfloat16", "bfloat16, 4 query heads, 2 kv heads", dtype="bfloat16", args=_gqa_args(1, 4, 2, 5, 5, 8),
+        Case("bfloat16", "bfloat16, 4 query heads, 2 kv heads, T_q=3, T_k=6", dtype="bfloat16", args=_gqa_args(1, 4, 2, 3, 6, 8),
              seed=5),
+        # the device checks keep T_q = T_k (a copy is no larger than q): PyTorch's own fused attention copies K
+        # and V on the meta device (and may on a GPU, by its math path), and these checks are about the device
         Case("best_device", "on the best device (CUDA when present), 8 query heads, 2 kv heads", device="best",
-             args=_gqa_args(2, 8, 2, 5, 5, 4), seed=6),
+             args=_gqa_args(2, 8, 2, 5, 5, 8), seed=6),
         Case("meta", "on the meta device, 8 query heads, 2 kv heads", device="meta",
-             args=_gqa_args(2, 8, 2, 5, 5, 4)),
+             args=_gqa_args(2, 8, 2, 5, 5, 8)),
     ],
 )
 
@@ -743,8 +1011,14 @@ POINTS = {   # what each hidden check is worth; a hidden cell's points are the s
                         "long_causal": 0.75, "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125,
                         "meta": 0.125},
     "predicted_bytes": {"value": 2},
-    "grouped_query_attention": {"gqa": 0.875, "mqa": 0.875, "mha": 0.875, "cross": 0.875, "float64": 0.125,
-                                "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+    # decode is where a copy of K per query head is the largest tensor by far (one query against 12 keys)
+    "grouped_query_attention": {"gqa": 0.75, "mqa": 0.75, "mha": 0.75, "cross": 0.75, "decode": 0.5,
+                                "float64": 0.125, "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
+    "predicted_causal_tiles": {"value": 2},
+    # long_causal is where a (T, T) tensor is far more than a few tiles (autograd through plain attention keeps it)
+    "flash_backward": {"basic": 0.5, "heads": 0.5, "cross": 0.5, "one_tile": 0.375, "causal": 0.5,
+                       "causal_ragged": 0.625, "large_scores": 0.5, "long_causal": 1.0, "float64": 0.125,
+                       "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
     "predicted_cache_mib": {"value": 2},
     "SlidingWindowCache": {"one_by_one": 1.25, "long_prompt": 1.125, "chunks": 1.125, "wide_window": 1.125,
                            "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
@@ -753,5 +1027,5 @@ POINTS = {   # what each hidden check is worth; a hidden cell's points are the s
                          "bfloat16": 0.125, "best_device": 0.125, "meta": 0.125},
 }
 
-SECTION = Section("10_efficient_attention", [ONLINE, TILED, PRED_BYTES, GQA, PRED_CACHE, WINDOW, PRED_GAP, COMBINE],
+SECTION = Section("10_efficient_attention", [ONLINE, TILED, PRED_BYTES, PRED_TILES, BWD, GQA, PRED_CACHE, WINDOW, PRED_GAP, COMBINE],
                   points=POINTS)

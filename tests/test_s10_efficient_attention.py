@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import pytest
+
 import torch
 
 from attncourse.teach.gpt import rotate
@@ -116,3 +118,125 @@ def test_online_softmax_equals_softmax_for_every_block_size():
     x = 1000 * torch.randn(2, 257)
     for block in (1, 7, 64, 257, 1000):
         assert torch.allclose(online(x, block), torch.softmax(x, dim=-1), atol=1e-6)
+
+
+# ---------------------------------------------------------------- memory measured, not computed (the meter)
+def test_peak_bytes_counts_what_is_alive_at_once_not_views_nor_inputs():
+    from attncourse.teach.meter import peak_bytes
+
+    x = torch.ones(1000)                                                  # made before: not counted
+
+    def two_alive(x):
+        a = x * 2                                                         # 4000 bytes
+        b = a + 1                                                         # 4000 more, a still alive
+        return b.view(10, 100).T[0]                                       # views add nothing
+
+    def one_at_a_time(x):
+        a = x * 2
+        a = a + 1                                                         # the first buffer is freed after this
+        return (a * 3).sum()
+
+    assert peak_bytes(two_alive, x)[1] == 8000
+    assert peak_bytes(lambda x: x[:500].clone(), x)[1] == 2000            # a slice of an input, then a copy
+    # a + 1 needs the first a alive, a * 3 the second (the first is gone), then the sum's 4 bytes: never three
+    assert peak_bytes(one_at_a_time, x)[1] == 8004
+    assert peak_bytes(lambda x: x.view(-1).T, x)[1] == 0
+
+
+def test_peak_bytes_plain_holds_scores_and_weights_tiled_a_few_tiles():
+    from attncourse.teach.meter import peak_bytes
+
+    plain, tiled = _given("plain_attention", "plain_attention"), _ref("tiled_attention")
+    T, b = 1024, 128
+    q, k, v = torch.randn(3, T, 32).unbind(0)
+    _, plain_peak = peak_bytes(plain, q, k, v)
+    _, tiled_peak = peak_bytes(tiled, q, k, v, b)
+    assert 2 * T * T * 4 <= plain_peak < 2.2 * T * T * 4                  # the scores and the weights at once
+    assert 3 * T * b * 4 <= tiled_peak <= 6 * T * b * 4                   # a few (T, block) tiles
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the allocator's peak needs a CUDA device")
+def test_peak_bytes_on_cuda_reads_the_allocator():
+    from attncourse.teach.meter import peak_bytes
+
+    x = torch.ones(1 << 20, device="cuda")
+    _, n = peak_bytes(lambda x: (x * 2) + 1, x)
+    assert 8 << 20 <= n < 16 << 20
+
+
+# ---------------------------------------------------------------- GQA without copying K and V
+def test_gqa_reference_does_not_copy_and_the_copy_shortcut_is_refused():
+    from attncourse.teach.meter import peak_bytes
+
+    ex = _ex("grouped_query_attention")
+    ref = _ref("grouped_query_attention")
+    q, k, v = torch.randn(1, 32, 1, 64), torch.randn(1, 4, 2048, 64), torch.randn(1, 4, 2048, 64)
+    copied = k.nbytes * 8                                                 # K repeated for every query head
+    out, ref_peak = peak_bytes(ref, q, k, v)
+    assert ref_peak < k.nbytes
+    for sc in ex.shortcuts:
+        fn = define(ex, sc.code)
+        got, peak = peak_bytes(fn, q, k, v)
+        assert torch.allclose(got, out, atol=1e-5), sc.key                 # right values...
+        assert peak >= copied, sc.key                                       # ...from a copy per query head
+    limit = [c for c in ex.cases if c.name == "decode"][0]
+    assert limit.how is None and ex.how.largest is not None                # the exercise's rule judges the decode case
+
+
+# ---------------------------------------------------------------- query tiles, causal tiles skipped, backward
+def _flash():
+    ns: dict = {}
+    cells = source_cells(SECTION)
+    exec(PRELUDE + "\n".join(cells[n] for n in ("flash_forward", "flash_backward", "flash_function")), ns)
+    return ns
+
+
+def test_flash_forward_skips_the_predicted_causal_tiles_and_equals_plain():
+    ns, plain = _flash(), _given("plain_attention", "plain_attention")
+    q, k, v = torch.randn(3, 4096, 8).unbind(0)
+    out, lse, computed = ns["flash_forward"](q, k, v, 256, 256, causal=True)
+    assert (computed, 256 - computed) == tuple(_ref("predicted_causal_tiles"))
+    assert torch.allclose(out, plain(q, k, v, causal=True), atol=1e-5)
+    scores = (q @ k.T / 8 ** 0.5).masked_fill(torch.ones(4096, 4096, dtype=torch.bool).triu(1), float("-inf"))
+    assert torch.allclose(lse, scores.logsumexp(-1), atol=1e-4)
+
+
+def test_flash_backward_passes_gradcheck_and_without_the_d_term_fails():
+    ns = _flash()
+    q, k, v = (torch.randn(1, 2, 9, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    for causal in (False, True):
+        assert torch.autograd.gradcheck(lambda q, k, v: ns["FlashAttention"].apply(q, k, v, 4, 3, causal), (q, k, v))
+    code = source_cells(SECTION)["flash_backward"]
+    assert "ds = p * (dp - D[..., i:i + block_q, :])" in code
+    wrong: dict = {}
+    no_d = [m for m in _ex("flash_backward").mistakes if m.key == "no_d_term"][0].code      # the named mistake
+    exec(PRELUDE + source_cells(SECTION)["flash_forward"] + "\n" + no_d + "\n" + source_cells(SECTION)["flash_function"],
+         wrong)
+    assert not torch.autograd.gradcheck(lambda q, k, v: wrong["FlashAttention"].apply(q, k, v, 4, 3, False),
+                                        (q, k, v), raise_exception=False)
+
+
+# ---------------------------------------------------------------- bfloat16: scores and statistics in float32
+def test_references_keep_scores_and_statistics_in_float32_for_bfloat16():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Dtypes(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = {}
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = func.__name__.split(".")[0]
+            if name in ("exp", "amax", "mm", "bmm", "sum", "maximum") and isinstance(out, torch.Tensor):
+                self.seen.setdefault(name, set()).add(out.dtype)
+            return out
+
+    q, k, v = torch.randn(3, 2, 20, 8, dtype=torch.bfloat16).unbind(0)
+    for fn, args in ((_ref("tiled_attention"), (q, k, v, 6)), (_ref("online_softmax"), (q, 6)),
+                     (lambda *a: _flash()["flash_forward"](*a)[0], (q, k, v, 8, 6))):
+        mode = Dtypes()
+        with mode:
+            out = fn(*args)
+        assert out.dtype == torch.bfloat16
+        assert mode.seen and all(d == {torch.float32} for d in mode.seen.values()), mode.seen
