@@ -3,11 +3,16 @@
 Run every nbgrader command from this folder (the course root).
 """
 import os
+import sys
 from pathlib import Path
 
-from attncourse.course import SECTIONS
-
 ROOT = Path(__file__).resolve().parent
+# The judge (judge/: the verdict, the sandbox, nbgrader's glue) is this checkout's, never installed: the package a
+# student installs holds attncourse alone. nbgrader imports it from here, wherever it was started.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from attncourse.course import SECTIONS  # noqa: E402
 
 # The grading kernels inherit this environment (no path to the reference data: the
 # verdict is made in this process, see judge/preprocessors.py):

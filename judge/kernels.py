@@ -126,7 +126,7 @@ def kernel_starts(how, timeout: float = 60) -> str:
 
 def listen(ip: str, ports: dict) -> dict:
     """{channel: listening unix socket at ``IP-PORT``} for a kernel's channels, made here in the kernel manager's
-    own folder: the kernel only listens on them (:func:`attncourse.kernel.forkserver.start_ipykernel`)."""
+    own folder: the kernel only listens on them (:func:`judge.forkserver.start_ipykernel`)."""
     import socket
 
     out = {}
@@ -255,8 +255,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._zygote is not None and self._zygote.alive():
             return [sys.executable, "-S", "-I", os.path.abspath(zygote.__file__), self._zygote.sock,
                     self.connection_file, *limits, str(sandbox.FSIZE_BYTES), str(self._tasks), why, fds, *extra]
-        # (the kernel side's file run by its path, not imported through the course package: where the kernels'
-        # Python cannot import the package, the kernel still starts, and its notebook's setup cell says why)
+        # (the kernel side's file run by its path, the one file of the judge the sandbox binds: where the kernels'
+        # Python cannot import the course package, the kernel still starts, and its notebook's setup cell says why)
         kernel = [cmd[0], sandbox.kernel_side().__file__, "kernel", sandbox.KERNEL_CONNECTION, str(self._tasks),
                   fds, *extra]
         return [sys.executable, os.path.abspath(sandbox.__file__), "--mem-mb", limits[0], "--tmp-mb", limits[1],
@@ -264,4 +264,4 @@ class SandboxedKernelManager(AsyncKernelManager):
                 "--sockets", fds, "--"] + kernel
 
 
-CHANNELS = ("shell", "iopub", "stdin", "control", "hb")   # as attncourse.kernel.forkserver.CHANNELS
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")   # as judge.forkserver.CHANNELS

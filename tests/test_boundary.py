@@ -1,0 +1,83 @@
+"""The trust boundary in the tree: the student package (attncourse/) imports nothing of the judge's side, and the
+package a student installs carries no judge (docs/GRADING.md, "The code, by zone")."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# the course checkout's packages that are not the student's: the judge, the instructor's tools, the build, the data
+NOT_STUDENTS = ("judge", "instructor", "authoring", "graders", "deploy", "bench", "tests")
+
+
+def arrows(source: str, name: str = "<module>") -> list[str]:
+    """Every import in ``source`` (at any depth: one inside a function counts) of a package in :data:`NOT_STUDENTS`:
+    ``import x``, ``from x import y``, and ``importlib.import_module("x")`` / ``__import__("x")`` with a literal name."""
+    found = []
+    for node in ast.walk(ast.parse(source, name)):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            mods = [node.module or ""] if node.level == 0 else []
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                   or (isinstance(node.func, ast.Name) and node.func.id in ("__import__", "import_module")))):
+            mods = [node.args[0].value]
+        else:
+            continue
+        found += [f"{name}:{node.lineno}: {m}" for m in mods if m.split(".")[0] in NOT_STUDENTS]
+    return found
+
+
+def test_the_arrow_finder_sees_every_way_of_importing():
+    """The finder itself: each way a module could reach the judge is found (inside a function too), and the honest
+    base — the same imports of the student package's own modules — is not."""
+    tricks = ("from judge.verdict import judge_record\n"
+              "def later():\n    import judge.sandbox\n"
+              "    import importlib; importlib.import_module('judge.verdict')\n"
+              "    __import__('instructor.task')\n")
+    honest = tricks.replace("judge.", "attncourse.").replace("instructor.", "attncourse.")
+    assert [a.split(": ")[1] for a in arrows(tricks)] == ["judge.verdict", "judge.sandbox", "judge.verdict",
+                                                          "instructor.task"]
+    assert arrows(honest) == []
+    assert arrows("from .verdicts import VerdictProcess\nfrom ..protocol import cases\n") == []
+
+
+def test_the_student_package_imports_nothing_of_the_judge():
+    """No module of attncourse/ imports judge/, instructor/ or the course's build (the kernel side is handed the
+    judge, or asks it in a process of its own: attncourse/kernel/verdicts.py, `python -m judge.selfcheck`)."""
+    modules = sorted((ROOT / "attncourse").rglob("*.py"))
+    assert len(modules) > 10
+    found = [a for p in modules for a in arrows(p.read_text(), str(p.relative_to(ROOT)))]
+    assert not found, found
+
+
+@pytest.mark.slow
+def test_the_students_wheel_carries_no_judge(tmp_path):
+    """The wheel built from the course's pyproject.toml (with every package of the checkout beside it) holds
+    attncourse and its metadata, nothing of the judge: neither judge/ nor the sandbox's fork server."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for d in ROOT.iterdir():
+        if d.is_dir() and (d / "__init__.py").is_file():
+            shutil.copytree(d, src / d.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.pt"))
+    assert (src / "judge" / "forkserver.py").is_file()
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(src),
+                        "-w", str(tmp_path / "dist")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (wheel,) = (tmp_path / "dist").glob("attncourse-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"attncourse", next(t for t in tops if t.endswith(".dist-info"))}, tops
+    assert "attncourse/kernel/grader.py" in names
+    assert not [n for n in names if "judge" in n.split("/")[0] or n.endswith("forkserver.py")], names
