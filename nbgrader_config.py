@@ -93,6 +93,9 @@ c.GenerateFeedback.force = True
 # takes a kernel first; in a bubblewrap sandbox (no privilege whoever grades, no course files, no network, no new
 # processes, an allow-listed environment, a libseccomp syscall filter, no folder of the host writable); its
 # stdout and stderr reach no terminal (its launcher keeps their last lines, to say why it stopped).
+# The three budgets are settings of the kernel manager (judge.kernels.SandboxedKernelManager: mem_mb, tmp_mb,
+# tasks), read here when set, e.g.  c.SandboxedKernelManager.mem_mb = 2048  ; unset, each is the environment's
+# ATTNCOURSE_KERNEL_* (./course grade passes the instructor's on), else the default above.
 # The sandbox is required: where bwrap cannot run, no kernel
 # starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
 # IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the

@@ -81,3 +81,28 @@ def test_the_students_wheel_carries_no_judge(tmp_path):
     assert tops == {"attncourse", next(t for t in tops if t.endswith(".dist-info"))}, tops
     assert "attncourse/kernel/grader.py" in names
     assert not [n for n in names if "judge" in n.split("/")[0] or n.endswith("forkserver.py")], names
+
+
+def test_kernel_limits_are_settings_of_nbgraders_config(monkeypatch):
+    """A grading kernel's budget is a traitlet of the kernel manager nbgrader's Execute makes (so nbgrader_config.py
+    sets it: ``c.SandboxedKernelManager.mem_mb``); by default what the environment says (``./course grade`` passes
+    the instructor's ``ATTNCOURSE_KERNEL_*`` on), else the course's defaults — and the kernel's launcher is given
+    the configured value. (Unsandboxed, by name: no bubblewrap and no fork server are needed to read the settings.)"""
+    from traitlets.config import Config
+
+    from judge import kernels, sandbox
+
+    monkeypatch.setenv(sandbox.SANDBOX_ENV, "off")
+    for name in (sandbox.MEM_ENV, sandbox.TMP_ENV, sandbox.TASKS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    km = kernels.SandboxedKernelManager(kernel_name="python3")
+    assert (km.mem_mb, km.tmp_mb, km.tasks) == (sandbox.DEFAULT_MEM_MB, sandbox.DEFAULT_TMP_MB, sandbox.DEFAULT_TASKS)
+    monkeypatch.setenv(sandbox.MEM_ENV, "3000")
+    assert kernels.SandboxedKernelManager(kernel_name="python3").mem_mb == 3000      # the environment's, as before
+    c = Config()
+    c.SandboxedKernelManager.mem_mb = 1234
+    c.SandboxedKernelManager.tasks = 64
+    km = kernels.SandboxedKernelManager(kernel_name="python3", config=c)
+    assert (km.mem_mb, km.tmp_mb, km.tasks) == (1234, sandbox.DEFAULT_TMP_MB, 64)     # the config's, over it
+    cmd = km.format_kernel_cmd()
+    assert cmd[cmd.index("--mem-mb") + 1] == "1234", cmd
