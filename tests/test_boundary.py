@@ -106,3 +106,52 @@ def test_kernel_limits_are_settings_of_nbgraders_config(monkeypatch):
     assert (km.mem_mb, km.tmp_mb, km.tasks) == (1234, sandbox.DEFAULT_TMP_MB, 64)     # the config's, over it
     cmd = km.format_kernel_cmd()
     assert cmd[cmd.index("--mem-mb") + 1] == "1234", cmd
+
+
+def test_an_in_process_grader_asks_the_checkouts_judge_in_a_process_of_its_own(tmp_path, monkeypatch, capsys):
+    """Grader(section) with no judge handed in (an instructor's source notebook, check_now) gets each verdict from
+    ``python -m judge.selfcheck --verdicts`` in the course checkout: the same words as the judge's own function
+    (a correct answer ✓, a known mistake named). A checkout whose judge does not answer is said so, with its last
+    words, never judged here."""
+    import shutil
+
+    from attncourse.kernel.grader import Grader, GradingError
+    from attncourse.kernel.verdicts import JudgeUnavailable, VerdictProcess
+    from authoring.references import define
+    from graders import load_section
+    from judge.verdict import judge_record
+
+    section = "02_qkv_by_hand"
+    ex = load_section(section).exercise("softmax")
+    case = ex.cases[0].name
+    wrong = next(m for m in ex.mistakes)
+    monkeypatch.setenv("ATTNCOURSE_ROOT", str(ROOT))
+    asked, own = Grader(section), Grader(section, judge=judge_record)
+    assert isinstance(asked._judge, VerdictProcess)
+    try:
+        asked.check(ex.name, case, define(ex, ex.reference))
+        assert f"✓ {ex.name}" in capsys.readouterr().out
+        said = []
+        for grader in (own, asked):   # every known mistake on every case: the judge's words, from either
+            for m in ex.mistakes:
+                for c in ex.cases:
+                    try:
+                        grader.check(ex.name, c.name, define(ex, m.code))
+                    except GradingError as err:
+                        said.append(str(err))
+        assert len(said) % 2 == 0 and said[:len(said) // 2] == said[len(said) // 2:], said
+        assert any((wrong.shows or wrong.message) in s for s in said), said
+    finally:
+        asked._judge.close()
+
+    course = tmp_path / "course"   # a checkout whose judge stops before it answers
+    (course / "graders" / "data").mkdir(parents=True)
+    shutil.copy(ROOT / "graders" / "data" / f"{section}.pt", course / "graders" / "data")
+    (course / "nbgrader_config.py").write_text("")
+    (course / "judge").mkdir()
+    (course / "judge" / "__init__.py").write_text("")
+    (course / "judge" / "selfcheck.py").write_text("raise SystemExit('this judge is broken')\n")
+    monkeypatch.setenv("ATTNCOURSE_ROOT", str(course))
+    broken = Grader(section)
+    with pytest.raises(JudgeUnavailable, match=r"stopped \(exit 1\): this judge is broken"):
+        broken.check(ex.name, case, define(ex, ex.reference))
