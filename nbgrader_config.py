@@ -2,14 +2,18 @@
 
 Run every nbgrader command from this folder (the course root).
 """
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 # The judge (judge/: the verdict, the sandbox, nbgrader's glue) is this checkout's, never installed: the package a
-# student installs holds attncourse alone. nbgrader imports it from here, wherever it was started.
-if str(ROOT) not in sys.path:
+# student installs holds attncourse alone. Where this process cannot import it yet (plain nbgrader or formgrader
+# started in another folder), it is imported from here. A copy of this file in a scratch course (no judge beside
+# it) adds nothing: its processes have the judge already (judge.environment.grading_env), and a scratch folder on
+# the path is one another account could plant code in (instructor/config.py refuses to grade then).
+if (ROOT / "judge" / "__init__.py").is_file() and importlib.util.find_spec("judge") is None:
     sys.path.insert(0, str(ROOT))
 
 from attncourse.course import SECTIONS  # noqa: E402
