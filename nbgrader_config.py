@@ -2,12 +2,21 @@
 
 Run every nbgrader command from this folder (the course root).
 """
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
-from attncourse.course import SECTIONS
-
 ROOT = Path(__file__).resolve().parent
+# The judge (judge/: the verdict, the sandbox, nbgrader's glue) is this checkout's, never installed: the package a
+# student installs holds attncourse alone. Where this process cannot import it yet (plain nbgrader or formgrader
+# started in another folder), it is imported from here. A copy of this file in a scratch course (no judge beside
+# it) adds nothing: its processes have the judge already (judge.environment.grading_env), and a scratch folder on
+# the path is one another account could plant code in (instructor/config.py refuses to grade then).
+if (ROOT / "judge" / "__init__.py").is_file() and importlib.util.find_spec("judge") is None:
+    sys.path.insert(0, str(ROOT))
+
+from attncourse.course import SECTIONS  # noqa: E402
 
 # The grading kernels inherit this environment (no path to the reference data: the
 # verdict is made in this process, see judge/preprocessors.py):
@@ -88,6 +97,9 @@ c.GenerateFeedback.force = True
 # takes a kernel first; in a bubblewrap sandbox (no privilege whoever grades, no course files, no network, no new
 # processes, an allow-listed environment, a libseccomp syscall filter, no folder of the host writable); its
 # stdout and stderr reach no terminal (its launcher keeps their last lines, to say why it stopped).
+# The three budgets are settings of the kernel manager (judge.kernels.SandboxedKernelManager: mem_mb, tmp_mb,
+# tasks), read here when set, e.g.  c.SandboxedKernelManager.mem_mb = 2048  ; unset, each is the environment's
+# ATTNCOURSE_KERNEL_* (./course grade passes the instructor's on), else the default above.
 # The sandbox is required: where bwrap cannot run, no kernel
 # starts, unless the instructor turns it off by name (./course grade --unsandboxed, ATTNCOURSE_SANDBOX=0).
 # IsolatedExecute runs each kernel in a private scratch folder holding only the hidden inputs (never the

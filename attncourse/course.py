@@ -1,8 +1,7 @@
-"""The course's sections, how a section is named on a command line, and the environment nbgrader runs in."""
+"""The course's sections and how a section is named on a command line (the environment nbgrader runs in is the
+judge's: :mod:`judge.environment`)."""
 from __future__ import annotations
 
-import os
-import sys
 
 SECTIONS = [
     "01_tokens",
@@ -21,11 +20,6 @@ SECTIONS = [
 # What a section needs beyond every section's packages: a module that requirements.txt installs on some platforms
 # only (Triton has wheels for Linux alone). Where it is missing, the section's tests skip, saying why.
 NEEDS = {"11_flash_attention_triton": "triton"}
-
-# The course settings a grading run passes on to nbgrader and its kernels' launcher.
-GRADING_KEEP = ("ATTNCOURSE_KERNEL_MEM_MB", "ATTNCOURSE_KERNEL_TMP_MB", "ATTNCOURSE_KERNEL_TASKS", "ATTNCOURSE_SANDBOX",
-                "ATTNCOURSE_BWRAP", "ATTNCOURSE_CHECK_TIMEOUT")
-
 
 def resolve_section(name: str) -> str:
     """A section from a command line: its full name, or its number (``2``, ``02``) or a prefix of one name.
@@ -70,34 +64,3 @@ def missing_requirement(section: str) -> str | None:
         return (f"{section} needs the package {module}, which is not installed here (requirements.txt installs it "
                 "on Linux only: it has no wheels for macOS or Windows)")
     return None
-
-
-def with_python_bin(path: str | None = None) -> str:
-    """``path`` (default: $PATH) with this Python's bin folder first: nbgrader runs ``alembic`` and ``jupyter``
-    from PATH, and a venv that is not activated would otherwise not be found."""
-    path = os.environ.get("PATH", "") if path is None else path
-    bindir = os.path.dirname(sys.executable)
-    parts = [p for p in path.split(os.pathsep) if p]
-    return os.pathsep.join([bindir] + [p for p in parts if p != bindir])
-
-
-def grading_env(keep=(), extra=None) -> dict:
-    """The environment for an nbgrader subprocess (generate, autograde) and the kernels' launcher.
-
-    Drops the parent Jupyter server's ``JPY_*``/``JUPYTER_*`` variables and the
-    course's ``ATTNCOURSE_*`` settings except the names in ``keep``; puts this
-    Python's bin folder first on PATH; silences warnings (a warning on stderr would
-    score a test cell 0); draws off-screen; keeps transformers offline.  ``extra``
-    is applied last.  (The kernels themselves get an allow-listed part of it:
-    :func:`judge.sandbox.kernel_env`.)
-    """
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JPY_", "JUPYTER_")) and (not k.startswith("ATTNCOURSE_") or k in keep)}
-    env["PATH"] = with_python_bin(env.get("PATH", ""))
-    env.update({"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    # Kernels that grade side by side (Dask workers, a busy machine) share the cores: torch's OpenMP threads
-    # must sleep, not spin, while they wait (bench/omp_wait.py: 3 processes on 2 cores, 230 s each spinning
-    # vs 5 s sleeping). The wait policy changes no result (the same threads split the same work).
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env.update(extra or {})
-    return env

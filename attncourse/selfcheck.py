@@ -4,13 +4,16 @@ From the notebook's last cell::
 
     from attncourse.selfcheck import check; check("02_qkv_by_hand")
 
-or from a shell: ``./course check 02``.  It copies your saved notebook into a
-temporary course folder (with the section's source assignment and the hidden
-reference data, :mod:`judge.scratch`), runs nbgrader's own
-``generate_assignment`` and ``autograde`` there — the same judge an instructor's
-grading uses — and prints per-exercise points and the grader's messages.  It never
-prints hidden test code, reference values or solutions.  Save first (Ctrl+S): the
-check reads the file on disk, not the cells in your browser.
+or from a shell: ``./course check 02``.  The check itself is the judge's (:mod:`judge.selfcheck`, run as
+``python -m judge.selfcheck`` in the course checkout: this package imports nothing of the judge, and a student's
+wheel carries none): it copies your saved notebook into a temporary course folder (with the section's source
+assignment and the hidden reference data), runs nbgrader's own ``generate_assignment`` and ``autograde`` there —
+the same judge an instructor's grading uses — and prints per-exercise points and the grader's messages.  It never
+prints hidden test code, reference values or solutions.  Save first (Ctrl+S): the check reads the file on disk, not
+the cells in your browser.
+
+``check_now`` runs in your kernel on what it holds; its verdicts come from the same judge in a process of its own
+(:mod:`attncourse.kernel.verdicts`).
 """
 from __future__ import annotations
 
@@ -21,10 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .course import grading_env, learner_notebook, resolve_section
+from .course import learner_notebook, resolve_section
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 VISIBLE = "visible checks (not scored)"
+NOTEBOOK_BROKEN, GRADER_BROKEN = "notebook", "grader"   # whose fault it is when a check could not be made
 
 
 def _being_graded() -> bool:
@@ -33,7 +37,7 @@ def _being_graded() -> bool:
     return bool(os.environ.get(RUNNING_ENV) or os.environ.get("NBGRADER_EXECUTION"))
 
 
-def _course_and_section(section: str, root=None) -> tuple[Path, str]:
+def course_and_section(section: str, root=None) -> tuple[Path, str]:
     """The course checkout (``root``, or the one found from here) and the section's full name; SystemExit
     with the reason when either cannot be found."""
     root = Path(root) if root else _course_root()
@@ -45,7 +49,7 @@ def _course_and_section(section: str, root=None) -> tuple[Path, str]:
         raise SystemExit(str(exc)) from None
 
 
-def _tally(exercises: dict, name: str, grade_id: str, got: float, full: float, messages: list) -> None:
+def tally(exercises: dict, name: str, grade_id: str, got: float, full: float, messages: list) -> None:
     """Add one graded cell's points and messages to its exercise's line."""
     ex = exercises.setdefault(name, {"exercise": name, "score": 0.0, "max_score": 0.0, "cells": []})
     ex["score"] += got
@@ -53,7 +57,7 @@ def _tally(exercises: dict, name: str, grade_id: str, got: float, full: float, m
     ex["cells"].append({"cell": grade_id, "score": got, "max_score": full, "messages": messages})
 
 
-def _result(section: str, exercises: dict, t0: float) -> dict:
+def result_of(section: str, exercises: dict, t0: float) -> dict:
     """What a check returns: the section, each exercise's line, the totals and the seconds it took."""
     return {"section": section, "exercises": list(exercises.values()),
             "score": sum(e["score"] for e in exercises.values()),
@@ -70,99 +74,6 @@ def _course_root():
         if (here / "graders" / "data").is_dir():
             root = here
     return root
-
-
-def run_check(section: str, notebook: Path | None = None, root: Path | None = None, timeout: int | None = None) -> dict:
-    """Autograde a copy of the saved notebook; return {'exercises': [...], 'score', 'max_score', 'seconds'}.
-
-    ``timeout``: seconds one cell may run (default: the course's nbgrader_config.py).
-    """
-    from judge.autograded import grade_cells
-    from judge.files import MAX_NOTEBOOK_BYTES, Refused, read_regular
-    from judge.scratch import course_files, memory_folder, new_gradebook, write_course
-
-    t0 = time.time()
-    root, section = _course_and_section(section, root)
-    notebook = Path(notebook) if notebook else learner_notebook(root, section)
-    try:   # the saved file itself, never through a link
-        saved = read_regular(notebook, MAX_NOTEBOOK_BYTES)
-    except Refused as why:
-        raise SystemExit(f"cannot check {notebook}: {why}") from None
-    with tempfile.TemporaryDirectory(prefix="attncourse-check-", dir=memory_folder()) as tmp:
-        tmp = Path(tmp)
-        write_course(tmp, course_files(root, section), section, {"me": {f"{section}.ipynb": saved}})
-        new_gradebook(tmp / "gradebook.db")   # the copied config's db_url (made here: no alembic subprocess)
-        # The learner's own ATTNCOURSE_* settings (device, limits) apply; the copy's course root is tmp.
-        # On their own machine the check runs sandboxed where bubblewrap works, and without it elsewhere.
-        keep = tuple(k for k in os.environ if k.startswith("ATTNCOURSE_") and k != "ATTNCOURSE_ROOT")
-        env = grading_env(keep=keep, extra={RUNNING_ENV: "1"})
-        env.setdefault("ATTNCOURSE_SANDBOX", "self")
-        py = [sys.executable, "-m", "nbgrader"]
-        print("  preparing the check (nbgrader generate_assignment) ...", flush=True)
-        gen = subprocess.run(py + ["generate_assignment", section, "--force"], cwd=tmp, env=env,
-                             capture_output=True, text=True)
-        if gen.returncode != 0:
-            why = grader_broken(gen.stdout + gen.stderr, "nbgrader could not prepare the check")
-            return {"section": section, "error": why, "broken": GRADER_BROKEN, "exercises": [], "score": 0,
-                    "max_score": None, "seconds": round(time.time() - t0, 1)}
-        limit = [f"--Execute.timeout={timeout}"] if timeout else []
-        print("  grading your saved notebook in a fresh kernel (nbgrader autograde) ...", flush=True)
-        ag = subprocess.run(py + ["autograde", section, "--create", "--force", *limit],
-                            cwd=tmp, env=env, capture_output=True, text=True)
-        graded = tmp / "autograded" / "me" / section / f"{section}.ipynb"
-        if not graded.is_file():
-            broken, why = why_not_graded(saved, ag.stdout + ag.stderr)
-            return {"section": section, "error": why, "broken": broken, "exercises": [], "score": 0,
-                    "max_score": None, "seconds": round(time.time() - t0, 1)}
-        import nbformat
-        from nbgrader.api import Gradebook
-
-        nb = nbformat.read(str(graded), as_version=4)
-        with Gradebook(f"sqlite:///{tmp / 'gradebook.db'}") as gb:
-            s = gb.find_submission(section, "me")
-            points = {g.name: (g.score or 0.0, g.max_score) for n in s.notebooks for g in n.grades
-                      if g.cell_type == "code"}
-    exercises: dict = {}
-    for cell in grade_cells(nb):
-        if cell.grade_id in points:
-            _tally(exercises, ", ".join(cell.exercises) or VISIBLE, cell.grade_id, *points[cell.grade_id],
-                   cell.messages)
-    return _result(section, exercises, t0)
-
-
-NOTEBOOK_BROKEN, GRADER_BROKEN = "notebook", "grader"   # whose fault it is when a check could not be made
-# what the grading kernel's launcher or nbgrader says when no kernel could run the notebook (judge.sandbox, judge.kernels)
-_GRADER_LINES = ("the grading kernel stopped", "grading refused", "the grading kernel's launcher failed",
-                 "Kernel died before replying", "Kernel didn't respond")
-
-
-def why_not_graded(saved: bytes, log: str) -> tuple[str, str]:
-    """(whose fault, one line) when nbgrader left no graded copy of the saved notebook: the notebook's when it
-    cannot be read as a notebook (nbformat's own reader, on the very bytes that were checked); otherwise the
-    grader's, with the line of the log that says why (a kernel that could not start: its exit status and last
-    lines), never read as the notebook's fault because some line of the log mentions JSON."""
-    import nbformat
-
-    from judge.sanitize import inert
-
-    try:
-        nbformat.reads(saved.decode("utf-8"), as_version=4)
-    except Exception as exc:  # noqa: BLE001 - whatever the reader refuses
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return NOTEBOOK_BROKEN, inert(f"your notebook is broken: it cannot be read as a notebook "
-                                      f"({type(exc).__name__}: {first})")[:300]
-    return GRADER_BROKEN, grader_broken(log)
-
-
-def grader_broken(log: str, what: str = "") -> str:
-    """The one line for a check the grader could not make: the line of nbgrader's ``log`` that says why."""
-    from judge.sanitize import inert
-
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
-    said = [ln for ln in lines if any(k in ln for k in _GRADER_LINES)]
-    errors = [ln for ln in lines if ln.split(":", 1)[0].endswith(("Error", "Exception"))]
-    detail = (said or errors or lines or ["nbgrader said nothing"])[-1]
-    return inert(f"the grader is broken here, not your notebook{f' ({what})' if what else ''}: {detail}")[:400]
 
 
 def _hidden_cells(root: Path, section: str):
@@ -207,10 +118,11 @@ def check_now(section: str, exercise: str | None = None, namespace: dict | None 
         if shell is None:
             raise SystemExit("check_now runs inside a notebook's kernel; from a shell use ./course check NN")
         namespace = shell.user_ns
-    root, section = _course_and_section(section)
+    root, section = course_and_section(section)
     grader = namespace.get("GRADER")
     if not (isinstance(grader, Grader) and grader.section == section and not grader.autograding):
         grader = Grader(section)
+    score = _scorer(grader, root, section)
     scope = dict(namespace)            # the hidden cells' own names never land in the learner's namespace
     scope["GRADER"] = grader
     exercises: dict = {}
@@ -230,23 +142,29 @@ def check_now(section: str, exercise: str | None = None, namespace: dict | None 
             broke_off = f"{type(exc).__name__}: {exc}{hint}"
         verdicts, grader.collect = grader.collect, None
         messages = [f"{v['name']}: {v['problem']}" for v in verdicts if v["problem"] is not None]
-        _tally(exercises, ", ".join(checked), grade_id, 0.0 if broke_off else _earned(points, verdicts), points,
+        tally(exercises, ", ".join(checked), grade_id, 0.0 if broke_off else _earned(score, points, verdicts), points,
                messages + ([broke_off] if broke_off else []))
     if exercise and not exercises:
         raise SystemExit(f"no hidden check of {exercise!r} in {section}")
-    result = {**_result(section, exercises, t0), "live": True}
+    result = {**result_of(section, exercises, t0), "live": True}
     print(format_result(result))
     return result
 
 
-def _earned(points: float, verdicts: list) -> float:
-    """A hidden cell's points from its checks' verdicts, as the judge scores them (``judge.verdict.earn``)."""
-    from judge.verdict import cell_score, earn
+def _scorer(grader, root: Path, section: str):
+    """The judge's ``score(points, checks)``: the grader's own judge process where it has one, else one for this."""
+    from .kernel.verdicts import VerdictProcess
 
+    judge = getattr(grader, "_judge", None)
+    return judge.score if isinstance(judge, VerdictProcess) else VerdictProcess(root, section).score
+
+
+def _earned(score, points: float, verdicts: list) -> float:
+    """A hidden cell's points from its checks' verdicts, as the judge scores them (``judge.verdict.earn``, asked
+    through ``score``: the scoring is the judge's)."""
     checks = [{"weight": float(v["points"] if v["points"] is not None else 1.0), "passed": v["problem"] is None}
               for v in verdicts]
-    earn(checks, points)
-    return cell_score(points, checks)
+    return score(points, checks)
 
 
 def format_result(result: dict) -> str:
@@ -274,7 +192,39 @@ def check(section: str, notebook: str | None = None) -> dict | None:
     if _being_graded():
         return None  # this is the copy being graded: do not recurse
     print("Checking the last SAVED version of your notebook — save first (Ctrl+S / ⌘S) if you changed anything.")
-    result = run_check(section, Path(notebook) if notebook else None)
+    root, section = course_and_section(section)
+    return judge_check(root, section, notebook)
+
+
+def judge_check(root: Path, section: str, notebook=None, timeout: int | None = None) -> dict:
+    """``python -m judge.selfcheck`` in the course checkout ``root`` (its lines passed on as they come); its result.
+
+    Where it stopped without one: the reason it gave when it refused (a notebook it cannot read, no such
+    section: SystemExit, as before), else a result saying the grader is broken, with its last words."""
+    import json
+
+    # none named: the copy beside this kernel, else the learner's in work/, else notebooks/ (decided here: the
+    # judge runs in the checkout, not in the notebook's folder)
+    notebook = [str(Path(notebook or learner_notebook(root, section)).resolve())]
+    with tempfile.TemporaryDirectory(prefix="attncourse-check-result-") as tmp, tempfile.TemporaryFile() as err:
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "judge.selfcheck", section, *notebook, "--result", str(out),
+               *(["--timeout", str(timeout)] if timeout else [])]
+        t0 = time.time()
+        with subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=err, text=True) as proc:
+            for line in proc.stdout:
+                print(line, end="", flush=True)
+        if out.is_file():
+            return json.loads(out.read_text())
+        err.seek(0)
+        said = err.read().decode(errors="replace").strip()
+    if proc.returncode == 1 and said and "Traceback" not in said:
+        raise SystemExit(said)
+    last = said.splitlines()[-1] if said else "it said nothing"
+    result = {"section": section, "exercises": [], "score": 0, "max_score": None, "broken": GRADER_BROKEN,
+              "seconds": round(time.time() - t0, 1),
+              "error": f"the grader is broken here, not your notebook: the check stopped (exit {proc.returncode}): "
+                       f"{last}"[:400]}
     print(format_result(result))
     return result
 
@@ -286,7 +236,12 @@ def main(argv=None):
     if not argv:
         print("usage: ./course check NN [path/to/notebook.ipynb]")
         return 2
-    result = check(argv[0], argv[1] if len(argv) > 1 else None)
+    return exit_code(check(argv[0], argv[1] if len(argv) > 1 else None))
+
+
+def exit_code(result: dict | None) -> int:
+    """0: the notebook was checked (or not, inside a kernel nbgrader runs); 1: it could not be, the notebook is
+    broken; 2: the grader is."""
     if result and result.get("error"):
         return 1 if result.get("broken") == NOTEBOOK_BROKEN else 2
     return 0

@@ -26,6 +26,7 @@ def main(argv=None) -> int:
     from attncourse.kernel import Grader, GradingError
     from authoring.references import define
     from graders import available_sections, load_section
+    from judge.verdict import judge_record
 
     os.environ.setdefault("ATTNCOURSE_ROOT", str(ROOT))   # the in-process Grader judges against graders/data
 
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
     best_cases = 0
     for section in (argv if argv else available_sections()):
         spec = load_section(section)
-        grader = Grader(section)
+        grader = Grader(section, judge=judge_record)
         for ex in spec.exercises:
             obj = define(ex, ex.reference)
             context = ex.context() if ex.context else {}

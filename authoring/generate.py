@@ -10,7 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from attncourse.course import SECTIONS, grading_env
+from attncourse.course import SECTIONS
+from judge.environment import grading_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -60,9 +60,10 @@ def run_checks(ns: dict) -> int:
     """Every hidden case of section 11 on the instructor's kernels in ``ns``; returns the number that failed."""
     from attncourse.kernel import Grader, GradingError
     from graders import load_section
+    from judge.verdict import judge_record
 
     os.environ.setdefault("ATTNCOURSE_ROOT", str(ROOT))
-    grader = Grader(SECTION)
+    grader = Grader(SECTION, judge=judge_record)
     failed = passed = 0
     for ex in load_section(SECTION).exercises:
         answer = ns[ex.wrap](ns[ex.name]) if ex.wrap else ns[ex.name]

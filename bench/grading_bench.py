@@ -108,7 +108,7 @@ def _cells(root: Path, sections) -> dict:
 
 
 def run_serial(root: Path, sections) -> float:
-    from attncourse.course import grading_env
+    from judge.environment import grading_env
 
     env = grading_env(keep=tuple(ENV), extra=ENV)
     t0 = time.time()

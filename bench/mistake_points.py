@@ -17,13 +17,13 @@ def losses(section: str) -> list[tuple]:
     from attncourse.protocol.calls import check_calls
     from authoring.references import define
     from graders import load_section
-    from judge.verdict import cell_score, earn
+    from judge.verdict import cell_score, earn, judge_record
     from tests.harness import ROOT, read_nb
 
     os.environ["ATTNCOURSE_ROOT"] = str(ROOT)
     spec = load_section(section)
     nb = read_nb(ROOT / "source" / section / f"{section}.ipynb")
-    grader = Grader(section)
+    grader = Grader(section, judge=judge_record)
     plain = {k: {**v, "how": None} for k, v in grader._cases.items()}
     ruled = dict(grader._cases)
 

@@ -111,7 +111,7 @@ def release_nb(files: dict, section: str):
 
 def serial(root, sections, timeout: int | None = None, extra_env: dict | None = None, log=print):
     """The canary of the serial path: :func:`instructor.serial.grade` on a scratch course per section."""
-    from attncourse.course import with_python_bin
+    from judge.environment import with_python_bin
 
     from .serial import grade
     from .task import scratch_api

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from attncourse.course import with_python_bin
+from judge.environment import with_python_bin
 from judge.sandbox import sandbox_status
 from judge.scratch import tree_hash
 

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env
+from judge.environment import GRADING_KEEP as KEEP_ENV, grading_env
 from judge.files import remove
 from judge.sandbox import sandbox_status
 

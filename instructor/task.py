@@ -13,7 +13,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from attncourse.course import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
+from judge.environment import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
 from judge.files import read_tree
 from judge.sandbox import sandbox_status
 from judge.scratch import keep_engines, memory_folder, new_gradebook, tree_hash, write_course
@@ -139,8 +139,8 @@ def kernel_processes() -> list:
     """This worker's kernels, by their launchers: what the watchdog stops.  A kernel from the fork server (the
     default) is forked by the server, and this worker's own child for it is the client ``judge/zygote.py``, which
     takes its kernel with it when stopped; a kernel from the classic launcher runs ``judge/sandbox.py`` (bubblewrap
-    after it), or ipykernel itself where kernels are not sandboxed.  The fork server (``-m
-    attncourse.kernel.forkserver``) is left alone: it serves the next notebook."""
+    after it), or ipykernel itself where kernels are not sandboxed.  The fork server
+    (``judge/forkserver.py``) is left alone: it serves the next notebook."""
     import psutil
 
     from judge import sandbox, zygote

@@ -13,7 +13,7 @@ import weakref
 
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
-from traitlets import default
+from traitlets import Integer, default
 
 from . import sandbox, zygote
 from .sandbox import (DEFAULT_MEM_MB, DEFAULT_TASKS, DEFAULT_TMP_MB, IPC_ENV, MEM_ENV, REFUSED, TASKS_ENV, TMP_ENV,
@@ -54,38 +54,45 @@ class GradingKernelClient(AsyncKernelClient):
     wait_for_ready = _async_wait_for_ready
 
 
-def fork_server(sandboxed: bool | None = None):
+def env_limits() -> dict:
+    """A kernel's limits as this process's environment sets them (``ATTNCOURSE_KERNEL_*``), else the defaults: the
+    defaults of :class:`SandboxedKernelManager`'s settings."""
+    return {"mem_mb": _int_env(MEM_ENV, DEFAULT_MEM_MB), "tmp_mb": _int_env(TMP_ENV, DEFAULT_TMP_MB),
+            "tasks": _int_env(TASKS_ENV, DEFAULT_TASKS)}
+
+
+def fork_server(sandboxed: bool | None = None, limits: dict | None = None):
     """The fork server this process's next sandboxed kernel comes from (:func:`judge.zygote.get`: started now if
-    it is not yet, and probed with a real grading kernel), for this process's environment and limits; None where
-    kernels are not sandboxed or the server does not hold.  A Dask worker calls it as a run starts, to have its
-    server ready before the first notebook."""
+    it is not yet, and probed with a real grading kernel), for this process's environment and ``limits`` (a
+    kernel manager's; default :func:`env_limits`); None where kernels are not sandboxed or the server does not
+    hold.  A Dask worker calls it as a run starts, to have its server ready before the first notebook."""
     if sandboxed is None:
         sandboxed = sandbox_status()[0]
     if not sandboxed:
         return None
-    return zygote.get(sandbox.kernel_env(os.environ, "/tmp"), _int_env(TMP_ENV, DEFAULT_TMP_MB),
-                      _int_env(MEM_ENV, DEFAULT_MEM_MB), _int_env(TASKS_ENV, DEFAULT_TASKS),
-                      kernel_check=lambda zyg: kernel_starts(zyg))
+    limits = limits or env_limits()
+    return zygote.get(sandbox.kernel_env(os.environ, "/tmp"), limits["tmp_mb"], limits["mem_mb"], limits["tasks"],
+                      kernel_check=lambda zyg: kernel_starts(zyg, limits=limits))
 
 
 _FRESH: dict = {}   # settings -> '' (a fresh sandbox's kernel answers) or why not
 
 
-def fresh_kernels_fail() -> str:
+def fresh_kernels_fail(limits: dict | None = None) -> str:
     """Where the fork server does not hold: '' when a kernel of a fresh sandbox (the launcher's) answers here, else
     the one line that says why not (then no kernel starts: grading is refused by name). Asked once per process
     and settings."""
-    key = json.dumps([sandbox.kernel_env(os.environ, "/tmp"), _int_env(TMP_ENV, DEFAULT_TMP_MB),
-                      _int_env(MEM_ENV, DEFAULT_MEM_MB), _int_env(TASKS_ENV, DEFAULT_TASKS)], sort_keys=True)
+    limits = limits or env_limits()
+    key = json.dumps([sandbox.kernel_env(os.environ, "/tmp"), limits], sort_keys=True)
     if key not in _FRESH:
-        _FRESH[key] = kernel_starts(FRESH)
+        _FRESH[key] = kernel_starts(FRESH, limits=limits)
     return _FRESH[key]
 
 
 FRESH = "fresh"   # kernel_starts(FRESH): a kernel of a fresh sandbox, not of a fork server
 
 
-def kernel_starts(how, timeout: float = 60) -> str:
+def kernel_starts(how, timeout: float = 60, limits: dict | None = None) -> str:
     """'' when a real grading kernel — started as grading starts it, by the fork server ``how`` or in a fresh
     sandbox (:data:`FRESH`) — answers ``kernel_info``; else the one line that says why not (its exit status and
     last lines: a course or a Python under /tmp hidden by a kernel's fresh /tmp made every kernel exit 71)."""
@@ -95,7 +102,7 @@ def kernel_starts(how, timeout: float = 60) -> str:
     box = {}
 
     async def ask():
-        km = SandboxedKernelManager(kernel_name="python3", start_how=how)
+        km = SandboxedKernelManager(kernel_name="python3", start_how=how, **(limits or env_limits()))
         if km._sandboxed is None:
             box["why"] = km._line
             return
@@ -126,7 +133,7 @@ def kernel_starts(how, timeout: float = 60) -> str:
 
 def listen(ip: str, ports: dict) -> dict:
     """{channel: listening unix socket at ``IP-PORT``} for a kernel's channels, made here in the kernel manager's
-    own folder: the kernel only listens on them (:func:`attncourse.kernel.forkserver.start_ipykernel`)."""
+    own folder: the kernel only listens on them (:func:`judge.forkserver.start_ipykernel`)."""
     import socket
 
     out = {}
@@ -163,6 +170,28 @@ class SandboxedKernelManager(AsyncKernelManager):
     code runs. ``start_how``: the probe's (:func:`kernel_starts`): this fork server, or :data:`FRESH`.
     """
 
+    # A kernel's budget, set in nbgrader_config.py (``c.SandboxedKernelManager.mem_mb = 2048``) or, by default, by
+    # the environment the grading process runs in (``ATTNCOURSE_KERNEL_*``: ./course grade passes the instructor's
+    # on to nbgrader and its Dask workers), else the course's defaults.
+    mem_mb = Integer(help="memory per grading kernel, MB (0: no limit); default $ATTNCOURSE_KERNEL_MEM_MB, else "
+                          f"{DEFAULT_MEM_MB}").tag(config=True)
+    tmp_mb = Integer(help="size of a grading kernel's /tmp and working folder, MB; default "
+                          f"$ATTNCOURSE_KERNEL_TMP_MB, else {DEFAULT_TMP_MB}").tag(config=True)
+    tasks = Integer(help="processes and threads per grading kernel (0: no cap); default $ATTNCOURSE_KERNEL_TASKS, "
+                         f"else {DEFAULT_TASKS}").tag(config=True)
+
+    @default("mem_mb")
+    def _mem_default(self):
+        return env_limits()["mem_mb"]
+
+    @default("tmp_mb")
+    def _tmp_default(self):
+        return env_limits()["tmp_mb"]
+
+    @default("tasks")
+    def _tasks_default(self):
+        return env_limits()["tasks"]
+
     @default("client_factory")
     def _grading_client(self):
         return GradingKernelClient
@@ -170,13 +199,13 @@ class SandboxedKernelManager(AsyncKernelManager):
     def __init__(self, *a, start_how=None, **kw):
         super().__init__(*a, **kw)
         self._sandboxed, self._line = sandbox_status()
-        self._mem_mb, self._tmp_mb = _int_env(MEM_ENV, DEFAULT_MEM_MB), _int_env(TMP_ENV, DEFAULT_TMP_MB)
-        self._tasks = _int_env(TASKS_ENV, DEFAULT_TASKS)
+        self._mem_mb, self._tmp_mb, self._tasks = self.mem_mb, self.tmp_mb, self.tasks
+        limits = {"mem_mb": self._mem_mb, "tmp_mb": self._tmp_mb, "tasks": self._tasks}
         self._zygote, self._listeners, self._state = None, {}, None
         if self._sandboxed and start_how is None:
-            self._zygote = fork_server(self._sandboxed)
+            self._zygote = fork_server(self._sandboxed, limits)
             if self._zygote is None and zygote.why_not():   # it was tried and does not hold: can a fresh one?
-                why = fresh_kernels_fail()
+                why = fresh_kernels_fail(limits)
                 if why:
                     why = (f"no grading kernel starts in it here: the fork server's: {'; '.join(zygote.why_not())}"
                            f"; a fresh sandbox's: {why}")
@@ -255,8 +284,8 @@ class SandboxedKernelManager(AsyncKernelManager):
         if self._zygote is not None and self._zygote.alive():
             return [sys.executable, "-S", "-I", os.path.abspath(zygote.__file__), self._zygote.sock,
                     self.connection_file, *limits, str(sandbox.FSIZE_BYTES), str(self._tasks), why, fds, *extra]
-        # (the kernel side's file run by its path, not imported through the course package: where the kernels'
-        # Python cannot import the package, the kernel still starts, and its notebook's setup cell says why)
+        # (the kernel side's file run by its path, the one file of the judge the sandbox binds: where the kernels'
+        # Python cannot import the course package, the kernel still starts, and its notebook's setup cell says why)
         kernel = [cmd[0], sandbox.kernel_side().__file__, "kernel", sandbox.KERNEL_CONNECTION, str(self._tasks),
                   fds, *extra]
         return [sys.executable, os.path.abspath(sandbox.__file__), "--mem-mb", limits[0], "--tmp-mb", limits[1],
@@ -264,4 +293,4 @@ class SandboxedKernelManager(AsyncKernelManager):
                 "--sockets", fds, "--"] + kernel
 
 
-CHANNELS = ("shell", "iopub", "stdin", "control", "hb")   # as attncourse.kernel.forkserver.CHANNELS
+CHANNELS = ("shell", "iopub", "stdin", "control", "hb")   # as judge.forkserver.CHANNELS

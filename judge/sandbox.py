@@ -170,7 +170,7 @@ def limit_tasks_of(pid: int, tasks: int) -> bool:
     """From outside: at most about ``tasks`` tasks in the PID namespace of process ``pid`` (a fresh sandbox's
     pid 1, held by bwrap's ``--block-fd`` before it runs anything): a helper process joins that namespace's
     owning user namespace (this account owns it: it made it) and the namespace itself, and sets its ``pid_max``
-    (:func:`attncourse.kernel.forkserver.limit_tasks`: Linux 6.14 and later). False where that cannot be done."""
+    (:func:`judge.forkserver.limit_tasks`: Linux 6.14 and later). False where that cannot be done."""
     import fcntl
 
     if tasks <= 0:
@@ -294,15 +294,20 @@ def remove_tree(path: str):
         pass
 
 
+def forkserver_file() -> str:
+    """``judge/forkserver.py``, beside this file: the kernels' side of the sandbox (the fork server, a fresh sandbox's
+    kernel, the kernel's limits), the one file of the judge every sandbox binds (read-only, :func:`bwrap_command`)."""
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "forkserver.py")
+
+
 @functools.lru_cache(maxsize=1)
 def kernel_side():
-    """``attncourse/kernel/forkserver.py`` loaded by its path (standard library only at module level; importing it
-    through its package would import the grader and torch): the kernel's limits are set by that one code on every
-    path, in the fork server's kernels and here."""
+    """``judge/forkserver.py`` loaded by its path (standard library only at module level; this file also runs as a
+    script, :func:`_launch`): the kernel's limits are set by that one code on every path, in the fork server's
+    kernels and here."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("attncourse_kernel_side",
-                                                  os.path.join(package_dir(), "kernel", "forkserver.py"))
+    spec = importlib.util.spec_from_file_location("attncourse_kernel_side", forkserver_file())
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -424,7 +429,8 @@ def _system_ro_paths():
 
 def package_dir():
     """The attncourse package beside this judge (this file is judge/sandbox.py): what the kernel imports the grader
-    from, and the only part of the course a kernel sees (the judge is not bound). Where the course folder holds no
+    from, and with :func:`forkserver_file` the only part of the course a kernel sees (the rest of the judge is not
+    bound). Where the course folder holds no
     attncourse (``./course hub``'s instructor copy: every user imports the shared environment's copy), the one
     this Python imports."""
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "attncourse")
@@ -601,7 +607,7 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
 
     ``zygote_dirs``: the sandbox of the kernels' fork server (:mod:`judge.zygote`) instead of a kernel's: the same
     mounts plus these empty folders, and it keeps its capabilities *inside* its user namespace (it builds each
-    kernel's namespaces and mounts, then drops them all in the kernel: :mod:`attncourse.kernel.forkserver`).
+    kernel's namespaces and mounts, then drops them all in the kernel: :mod:`judge.forkserver`).
     """
     size = str(max(1, tmp_mb) * 1024 * 1024)
     uid = str(SANDBOX_UID)
@@ -627,7 +633,7 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
             args += ["--setenv", k, v]
     binds = {}
     etc = os.path.realpath("/etc")
-    for p in _system_ro_paths() + [package_dir()]:
+    for p in _system_ro_paths() + [package_dir()] + [f for f in [forkserver_file()] if os.path.isfile(f)]:
         for src_dst in _seen_at(p):
             binds[src_dst] = ("--ro-bind", os.path.realpath(p))
     # parents before children, so that a later bind is not hidden by an earlier one

@@ -1,7 +1,7 @@
 """Preloaded, sandboxed grading kernels: one fork server per grading process, one forked kernel per notebook.
 
 A fresh sandboxed kernel (:mod:`judge.sandbox`) pays for a Python start, ``import torch`` and ipykernel on
-every notebook. Here the grading process starts, once, a *fork server* (:mod:`attncourse.kernel.forkserver`)
+every notebook. Here the grading process starts, once, a *fork server* (:mod:`judge.forkserver`)
 inside a bubblewrap sandbox built like a kernel's; it imports torch, numpy, ipykernel and the course package,
 then forks one kernel per notebook. Each kernel enters a sandbox of its own before any student code runs: its
 own mount, PID, network, IPC and UTS namespaces, fresh size-capped ``/tmp``, ``/dev/shm`` and working
@@ -36,7 +36,7 @@ import sys
 import threading
 
 FORKSERVER_ENV = "ATTNCOURSE_FORKSERVER"
-MAX_FILES = 16   # as attncourse.kernel.forkserver.MAX_FILES
+MAX_FILES = 16   # as judge.forkserver.MAX_FILES
 START_TIMEOUT = 300   # seconds a fork server may take to import torch and ipykernel
 
 
@@ -208,9 +208,7 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
     import tempfile
     import time
 
-    from attncourse.kernel import forkserver
-
-    from . import sandbox
+    from . import forkserver, sandbox
 
     fd = sandbox._seccomp_fd()
     if fd is None:
@@ -222,10 +220,9 @@ def _start(key, env: dict, tmp_mb: int, mem_mb: int) -> Zygote:
     try:
         listener.bind(sock_path)
         listener.listen(64)
-        # (-m: where the kernels' Python cannot import the course package, neither can the server: no kernel
-        # starts from it, and the classic launcher's kernels fail as they would without it — the canary says so)
-        cmd = [sys.executable, "-Xfrozen_modules=off", "-m", "attncourse.kernel.forkserver",
-               str(listener.fileno()), str(fd)]
+        # (by its path, the one file of the judge the sandbox binds: it imports the course package first, and
+        # where the kernels' Python cannot, no kernel starts from it — the canary says so)
+        cmd = [sys.executable, "-Xfrozen_modules=off", sandbox.forkserver_file(), str(listener.fileno()), str(fd)]
         args = sandbox.bwrap_command(cmd, env=env, tmp_mb=tmp_mb, zygote_dirs=forkserver.DIRS)
         err = tempfile.TemporaryFile()   # what the server says (a file: a pipe no one reads could stop it)
         try:

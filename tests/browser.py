@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from attncourse.course import with_python_bin
+from judge.environment import with_python_bin
 
 from tests.harness import ROOT, read_nb, with_cells
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import nbformat
 
-from attncourse.course import grading_env
+from judge.environment import grading_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,12 +159,12 @@ def expected_cell_scores(section: str, source, ex, code: str) -> dict:
     from attncourse.kernel.grader import Grader
     from attncourse.protocol.calls import check_calls
     from authoring.references import define
-    from judge.verdict import cell_score, earn
+    from judge.verdict import cell_score, earn, judge_record
 
     old = os.environ.get("ATTNCOURSE_ROOT")
     os.environ["ATTNCOURSE_ROOT"] = str(ROOT)
     try:
-        grader = Grader(section)
+        grader = Grader(section, judge=judge_record)
     finally:
         if old is None:
             os.environ.pop("ATTNCOURSE_ROOT", None)

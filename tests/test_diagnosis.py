@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from attncourse.kernel.grader import Grader, GradingError
+from judge.verdict import judge_record
 from tests.sections import params, with_grader
 
 
@@ -47,7 +48,7 @@ def test_reference_and_variants_pass_without_a_diagnosis(section, root_env, caps
     from graders import load_section
 
     spec = load_section(section)
-    grader = Grader(section)
+    grader = Grader(section, judge=judge_record)
     messages = [m.shows or m.message for ex in spec.exercises for m in ex.mistakes]
     for ex in spec.exercises:
         for label, code in [("reference", ex.reference)] + [(v.key, v.code) for v in ex.variants]:
@@ -63,7 +64,7 @@ def test_each_mistake_fails_and_is_named(section, root_env, capsys):
     from graders import load_section
 
     spec = load_section(section)
-    grader = Grader(section)
+    grader = Grader(section, judge=judge_record)
     problems = []
     for ex in spec.exercises:
         if len(ex.mistakes) < 3:

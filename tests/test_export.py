@@ -39,7 +39,7 @@ def _gradebook(db_url):
 
 @pytest.mark.slow
 def test_canvas_export_through_nbgrader(tmp_path, monkeypatch):
-    from attncourse.course import with_python_bin
+    from judge.environment import with_python_bin
 
     monkeypatch.setenv("PATH", with_python_bin())   # nbgrader runs alembic from PATH
     db_url = f"sqlite:///{tmp_path / 'gradebook.db'}"

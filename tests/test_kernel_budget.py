@@ -184,11 +184,12 @@ def test_as_a_normal_user_too():
         pytest.skip("no system python3 for the unprivileged account")
     root = Path(__file__).resolve().parents[1]
     copy = Path(tempfile.mkdtemp(prefix="attncourse-budget-", dir="/tmp"))
-    for rel in ("judge/__init__.py", "judge/sandbox.py", "judge/zygote.py", "attncourse/kernel/forkserver.py",
+    for rel in ("judge/__init__.py", "judge/sandbox.py", "judge/zygote.py", "judge/forkserver.py",
                 "tests/__init__.py", "tests/test_kernel_budget.py"):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / rel, copy / rel)
     for rel in ("attncourse/__init__.py", "attncourse/kernel/__init__.py"):
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         (copy / rel).write_text("")
     (copy / "pytest.py").write_text("def skip(why): raise SystemExit(why)\nclass mark:\n    @staticmethod\n"
                                     "    def xdist_group(name): return None\ndef fixture(**kw): return lambda f: f\n")

@@ -43,9 +43,10 @@ SECTION = "02_qkv_by_hand"
 @pytest.fixture
 def grader(monkeypatch):
     from attncourse.kernel.grader import Grader
+    from judge.verdict import judge_record
 
     monkeypatch.setenv("ATTNCOURSE_ROOT", str(ROOT))
-    return Grader(SECTION)
+    return Grader(SECTION, judge=judge_record)
 
 
 def _feedback(grader, exercise, obj, case):

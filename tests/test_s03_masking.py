@@ -40,10 +40,11 @@ def test_masked_weights_by_hand_are_a_typed_list_and_a_computed_array_is_refused
     import torch
 
     from attncourse.kernel.grader import Grader, GradingError
+    from judge.verdict import judge_record
     from tests.harness import ROOT, cell_by_id, read_nb
 
     monkeypatch.setenv("ATTNCOURSE_ROOT", str(ROOT))
-    grader = Grader("03_masking")
+    grader = Grader("03_masking", judge=judge_record)
     ns = {"np": np}
     exec(cell_by_id(read_nb(ROOT / "source" / "03_masking" / "03_masking.ipynb"), "masked_weights_hand").source, ns)  # noqa: S102
     typed = ns["masked_weights_hand"]

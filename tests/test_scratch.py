@@ -4,7 +4,7 @@ import sqlite3
 import subprocess
 import sys
 
-from attncourse.course import with_python_bin
+from judge.environment import with_python_bin
 from judge.scratch import alembic_head, new_gradebook
 
 

@@ -113,7 +113,7 @@ def test_selfcheck_gives_a_trick_no_marks(tmp_path):
     """The self-check grades through the same judge: a blank notebook plus a hook that claims full marks scores 0."""
     import nbformat
 
-    from attncourse.selfcheck import run_check
+    from judge.selfcheck import run_check
     from tests.corpus import t_hook_partial_credit
     from tests.harness import slim
 
@@ -132,17 +132,18 @@ def test_a_broken_notebook_is_told_from_a_broken_grader(monkeypatch, capsys):
     import json
 
     from attncourse import selfcheck
+    from judge.selfcheck import why_not_graded
 
     valid = json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
     log = ("[AutogradeApp | INFO] Writing 21278 bytes to …/02_qkv_by_hand.json\n"
            "RuntimeError: Kernel died before replying to kernel_info: the grading kernel stopped (exit 71): "
            "FileNotFoundError: …/IPython/utils/themes/neutral-posix.json\n"
            "[AutogradeApp | ERROR] There was an error processing assignment\n")
-    assert selfcheck.why_not_graded(valid, log) == (
+    assert why_not_graded(valid, log) == (
         selfcheck.GRADER_BROKEN, "the grader is broken here, not your notebook: RuntimeError: Kernel died before "
         "replying to kernel_info: the grading kernel stopped (exit 71): FileNotFoundError: "
         "…/IPython/utils/themes/neutral-posix.json")
-    whose, why = selfcheck.why_not_graded(b'{"cells": [', log)
+    whose, why = why_not_graded(b'{"cells": [', log)
     assert whose == selfcheck.NOTEBOOK_BROKEN and why.startswith("your notebook is broken"), why
     for result, code in (({"error": "x", "broken": selfcheck.NOTEBOOK_BROKEN}, 1),
                          ({"error": "x", "broken": selfcheck.GRADER_BROKEN}, 2), ({"exercises": []}, 0)):

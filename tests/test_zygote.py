@@ -1,4 +1,4 @@
-"""Preloaded kernels (judge/zygote.py, attncourse/kernel/forkserver.py): each forked kernel is as isolated as a
+"""Preloaded kernels (judge/zygote.py, judge/forkserver.py): each forked kernel is as isolated as a
 fresh sandbox, and as isolated from its siblings as from anything else.
 
 Every question is asked of a child of one fork server and paired with the same question asked of a fresh sandbox
@@ -191,9 +191,10 @@ def test_as_a_normal_user_too():
         pytest.skip("no system python3 for the unprivileged account")
     root = Path(__file__).resolve().parents[1]
     copy = Path(tempfile.mkdtemp(prefix="attncourse-zy-", dir="/tmp"))
-    for rel in ("judge/__init__.py", "judge/sandbox.py", "judge/zygote.py", "attncourse/kernel/forkserver.py"):
+    for rel in ("judge/__init__.py", "judge/sandbox.py", "judge/zygote.py", "judge/forkserver.py"):
         (copy / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(root / rel, copy / rel)
+    (copy / "attncourse" / "kernel").mkdir(parents=True)   # what the fork server imports first: here, nothing
     (copy / "attncourse" / "__init__.py").write_text("")
     (copy / "attncourse" / "kernel" / "__init__.py").write_text("")
     for p in [copy, *copy.rglob("*")]:

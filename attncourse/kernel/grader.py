@@ -23,8 +23,9 @@ kernel runs:
   check fails; judging in the student's kernel could be fooled.
 * **Elsewhere** (an instructor running a source notebook, the test suite,
   ``authoring.cuda_check``): the grader reads the instructor's full data from
-  ``graders/data`` and judges in-process with the same judge, printing ``✓`` or
-  raising :class:`GradingError` with the judge's message.
+  ``graders/data`` and reports each check's verdict at once, printing ``✓`` or raising :class:`GradingError` with
+  the judge's message: the verdict of the same judge, passed in (the tests) or asked in a process of its own
+  (:mod:`attncourse.kernel.verdicts`); nothing here imports the judge.
 """
 from __future__ import annotations
 
@@ -120,23 +121,14 @@ def _install_guard(grader):
     guard()
 
 
-def _course_judge(root):
-    """The judge of the course checkout at ``root`` (outside this package, beside its reference data)."""
-    import importlib
-    import sys
-
-    if str(root) not in sys.path:
-        sys.path.append(str(root))
-    return importlib.import_module("judge.verdict").judge_record
-
-
 class Grader:
     """Hidden-test runner for one section; create it in the locked setup cell."""
 
     def __init__(self, section: str, judge=None):
         """``judge``: ``judge_record(spec, record, messages) -> problem or None``, used only where the instructor's
-        full data is at hand (their own notebook, the tests); by default the course checkout's
-        (``judge/verdict.py`` beside ``graders/data``): this package, which students' kernels import, holds none."""
+        full data is at hand (their own notebook, the tests pass the judge's own); by default the course checkout's
+        judge in a process of its own (:class:`attncourse.kernel.verdicts.VerdictProcess`, beside ``graders/data``):
+        this package, which students' kernels import, holds no judge and imports none."""
         self.section = section
         self._judge = judge
         self._count = 0
@@ -167,7 +159,10 @@ class Grader:
                 path = root / "graders" / "data" / f"{section}.pt"
                 self._reference = T.torch_load(str(path), weights_only=True)
                 self._cases = self._reference["cases"]
-                self._judge = self._judge or _course_judge(root)
+                if self._judge is None:
+                    from .verdicts import VerdictProcess
+
+                    self._judge = VerdictProcess(root, section)
         _install_guard(self)
 
     # -- public API -------------------------------------------------------------

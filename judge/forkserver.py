@@ -1,8 +1,9 @@
 """The grading kernels' fork server ("zygote"): a Python that has imported torch and ipykernel once, and forks
 one never-reused kernel per notebook, each sandboxed before any student code runs.
 
-Trusted code, run only by the grader (:mod:`judge.zygote` starts it inside bubblewrap); a student's kernel never
-talks to it. It lives in the course package because that is the one part of the course a sandbox sees.
+Trusted code, run only by the grader (:mod:`judge.zygote` starts it inside bubblewrap, by its path); a student's
+kernel never talks to it. It is the judge's: the sandbox binds this one file read-only beside the course package
+(:func:`judge.sandbox.bwrap_command`), never the rest of the judge.
 
 The zygote runs in a bubblewrap sandbox built like a kernel's (:func:`judge.sandbox.bwrap_command`: read-only
 system, Python and course package, no network, its own PID namespace, uid 65534 in a user namespace of its own
@@ -317,8 +318,8 @@ def _become_kernel(req, program, env, sockets):
     os.environ.clear()
     os.environ.update(env)
     os.chdir(WORK)
-    if sys.path and sys.path[0] == "/":   # the server's folder (python -m), as a kernel's is its own
-        sys.path[0] = WORK
+    if sys.path and sys.path[0] in ("/", os.path.dirname(os.path.abspath(__file__))):   # the server's, as a kernel's
+        sys.path[0] = WORK                                                                # is its own folder
     os.setsid()
     _drop_privileges()
     _enter_filter(program)
@@ -402,6 +403,9 @@ def serve(listen_fd: int, program_fd: int):
     """The zygote's loop: preload, then one forked child per connection (never reused)."""
     with os.fdopen(program_fd, "rb") as f:
         program = f.read()
+    # where the kernels' Python cannot import the course package, neither can the server: no kernel starts from it
+    # (the grader then says why, and the classic launcher's kernels fail as they would without it)
+    importlib.import_module("attncourse.kernel")
     for name in PRELOAD + (PRELOAD_PLOTS if os.environ.get("MPLBACKEND") else ()):
         try:
             importlib.import_module(name)
