@@ -59,7 +59,12 @@ TEST_TIER = {
             "test_selfcheck_grades_a_saved_copy", "test_selfcheck_gives_a_trick_no_marks",
             "test_check_says_the_grader_is_broken_when_no_kernel_starts",
             # rebuilds each section's reference data in this process (section 11: 30 s)
-            "test_reference_data_in_sync_with_spec"},
+            "test_reference_data_in_sync_with_spec",
+            # the in-process Grader's verdicts come from the checkout's judge in a process of its own
+            # (python -m judge.selfcheck --verdicts), and pip builds the student's wheel
+            "test_check_now_judges_what_the_kernel_holds",
+            "test_an_in_process_grader_asks_the_checkouts_judge_in_a_process_of_its_own",
+            "test_the_students_wheel_carries_no_judge"},
     "kernel": {"test_isolated_execute_names_the_cell_that_timed_out",
                "test_triton_mode_interprets_a_library_imported_with_the_compiler_on",
                "test_counting_a_compiled_kernel_runs_it_interpreted_then_puts_it_back",
