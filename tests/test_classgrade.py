@@ -81,7 +81,7 @@ def client():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, client):
     """(serial course, dask course, dask report): the class graded both ways."""
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     tmp = tmp_path_factory.mktemp("classgrade")
     serial = Course(tmp / "serial", [SECTION])
@@ -406,7 +406,7 @@ def postgres():
 @pytest.mark.slow
 def test_postgresql_gradebook(postgres, runs, client, tmp_path):
     """CourseDirectory.db_url on a real PostgreSQL server: the same scores as the SQLite gradebook."""
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     serial, _, _ = runs
     course = Course(tmp_path / "pg", [SECTION])
@@ -432,7 +432,7 @@ def test_postgresql_gradebook(postgres, runs, client, tmp_path):
 def test_rerun_grades_only_new_or_changed_submissions(runs, client):
     """Incremental (runs last on the Dask course): unchanged -> skipped; failed or changed -> graded again."""
     from tests.corpus._base import CORRECT
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     serial, par, first = runs
     assert sorted(first["graded_now"]) == sorted(first["students"])
@@ -544,8 +544,8 @@ def test_a_failed_regrade_keeps_no_old_score_or_notebook(engine, request, tmp_pa
     No score of the first grading stands, and neither its autograded notebook nor its feedback is left beside the
     cleared score (they showed the old verdicts, ✓ beside a 0).  The paired student's gradable resubmission gets
     its honest score and a notebook of this grading."""
-    from instructor.cluster import grade_class
-    from instructor.serial import grade
+    from instructor.engine import grade_class
+    from instructor.engine import grade_section as grade
     from tests.corpus._base import WRONG
 
     course = Course(tmp_path / engine, [SECTION])
