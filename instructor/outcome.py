@@ -72,7 +72,8 @@ def log_reason(log: str) -> str:
     stopped (with its exit status and last lines) or grading refused, from where that sign starts; else the
     machine's trouble; else the last error line nbgrader logged; else its last line.  Never a fragment of a line
     cut at a fixed offset."""
-    lines = [ln for ln in (log or "").splitlines() if ln.strip()]
+    lines = [ln for ln in (log or "").splitlines() if ln.strip()
+             and not ln.lstrip().startswith(("raise ", "File \""))]   # (a traceback's source lines say nothing)
     for sign in KERNEL_SIGNS:
         for ln in reversed(lines):
             i = ln.lower().find(sign)
