@@ -1,6 +1,6 @@
 """One student's outcome in a grading run, as the instructor's report shows it: score, failed cells, reasons.
 
-One :func:`student_entry` serves the serial path and the Dask engine: the score comes from the
+One :func:`student_entry` serves both executors of the one engine (:mod:`instructor.engine`): the score comes from the
 gradebook, the verdicts from the judge's record in the autograded notebook
 (:mod:`judge.autograded`), and the two are checked against each other.  What the terminal
 shows of it is inert (:func:`judge.sanitize.inert`): a student's text cannot move the cursor,
