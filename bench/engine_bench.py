@@ -6,8 +6,10 @@ Modes: ``nbgrader`` (plain ``nbgrader autograde`` of the section, no canary: the
 (``./course grade --serial``: the engine's plain map in one process, canary included), ``dask2`` (``./course grade
 --workers 2``: the same tasks on two local Dask workers, canary included).  Each mode runs in a child process of
 this one, which is the child subreaper of everything the mode starts (Dask's nannies and workers, fork servers,
-kernels): once the mode has exited and every descendant is reaped, ``RUSAGE_CHILDREN`` holds the CPU-seconds of the
-whole tree, whatever else the machine runs (wall time does not: other processes' load stretches it).  The machine's
+kernels) and samples every descendant's own CPU time every 0.1 s (:class:`TreeCpu`; a kernel inside its sandbox's
+PID namespace is killed with its sandbox, never reaped up the chain, so ``RUSAGE_CHILDREN`` would miss it): the
+CPU-seconds of the whole tree, whatever else the machine runs (wall time does not: other processes' load stretches
+it).  What a process spends in its last 0.1 s, and a process shorter than that, goes uncounted.  The machine's
 two-process ceiling (:func:`bench.grading_bench.machine_parallelism`) is measured in the same run, before and after.
 """
 from __future__ import annotations
@@ -16,7 +18,6 @@ import argparse
 import ctypes
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -51,9 +52,61 @@ print(json.dumps({"wall": time.time() - t0, "canary_s": (first - t0) if first el
 """
 
 
-def children_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+class TreeCpu:
+    """CPU-seconds (user + system) of every process below this one while it runs, sampled every ``every`` s."""
+
+    def __init__(self, every: float = 0.1):
+        import threading
+
+        self.every, self.seen, self.kinds, self.stop = every, {}, {}, threading.Event()
+        self.before = self.sample()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def sample(self) -> dict:
+        import psutil
+
+        out = {}
+        for p in psutil.Process().children(recursive=True):
+            try:
+                t = p.cpu_times()
+                key = (p.pid, p.create_time())
+                out[key] = t.user + t.system
+                if key not in self.kinds:
+                    self.kinds[key] = kind(p.cmdline())
+            except psutil.Error:
+                pass
+        return out
+
+    def loop(self):
+        while not self.stop.wait(self.every):
+            for k, v in self.sample().items():
+                self.seen[k] = max(v, self.seen.get(k, 0.0))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.seconds = sum(v - self.before.get(k, 0.0) for k, v in self.seen.items())
+        self.by_kind = {}
+        for k, v in self.seen.items():
+            name = self.kinds.get(k, "?")
+            self.by_kind[name] = round(self.by_kind.get(name, 0.0) + v - self.before.get(k, 0.0), 1)
+
+
+def kind(cmd: list) -> str:
+    """What a process of the tree is, from its command line."""
+    line = " ".join(cmd)
+    for sign, name in (("attncourse.kernel.forkserver", "fork server and its kernels"), ("zygote.py", "kernel client"),
+                       ("ipykernel", "kernel (classic launcher)"), ("bwrap", "bwrap"),
+                       ("multiprocessing.spawn", "Dask worker"), ("multiprocessing.forkserver", "Dask worker"),
+                       ("resource_tracker", "multiprocessing helper"), ("nbgrader", "nbgrader"),
+                       ("alembic", "alembic")):
+        if sign in line:
+            return name
+    return "grader (coordinator)" if "grade_class" in line or "bench.grading_bench" in line else line[:60]
 
 
 def reap_all(timeout: float = 60.0):
@@ -71,14 +124,15 @@ def reap_all(timeout: float = 60.0):
 
 
 def run_mode(root: Path, mode: str, sections: list) -> dict:
-    cpu0, load0 = children_cpu(), os.getloadavg()[0]
-    t = time.time()
-    p = subprocess.run([sys.executable, "-c", MODE, str(HERE), str(root), mode, ",".join(sections)],
-                       capture_output=True, text=True, cwd=HERE)
-    wall = time.time() - t
-    reap_all()
+    load0 = os.getloadavg()[0]
+    with TreeCpu() as cpu:
+        t = time.time()
+        p = subprocess.run([sys.executable, "-c", MODE, str(HERE), str(root), mode, ",".join(sections)],
+                           capture_output=True, text=True, cwd=HERE)
+        wall = time.time() - t
+        reap_all()
     out = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {}
-    return {"wall_s": round(wall, 1), "cpu_s": round(children_cpu() - cpu0, 1), "rc": p.returncode,
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu.seconds, 1), "cpu_by_kind": cpu.by_kind, "rc": p.returncode,
             "canary_wall_s": round(out["canary_s"], 1) if out.get("canary_s") else None,
             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
             "stderr_tail": p.stderr[-600:] if p.returncode else ""}

@@ -55,6 +55,10 @@ def local_cluster(n: int):
       another account can make first;
     * the HTTP servers Dask always starts (the scheduler's and each worker's) serve no route and listen on
       127.0.0.1 only: no dashboard (bokeh is not installed either), no /info, /json, /metrics or /health.
+
+    Its workers are forked from one multiprocessing fork server that has imported what a task needs (Dask,
+    nbgrader, the judge, torch: :func:`worker_preload`), so that the second worker, and a worker the nanny restarts
+    after a death, does not import it all again (3.4 CPU-s a worker on this machine).
     """
     import dask
     from distributed import LocalCluster, Security
@@ -65,7 +69,9 @@ def local_cluster(n: int):
         with dask.config.set({"distributed.scheduler.allowed-failures": 0,
                               "distributed.worker.daemon": False,       # kernels are child processes of the worker
                               "distributed.admin.tick.limit": "1h",
+                              "distributed.worker.multiprocessing-method": "forkserver",
                               **private_config(folder)}):
+            worker_preload()
             lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
                               security=Security.temporary(), protocol="tls://", host="127.0.0.1",
                               dashboard_address="127.0.0.1:0", scheduler_kwargs={"dashboard": False},
@@ -76,6 +82,22 @@ def local_cluster(n: int):
                 lc.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+WORKER_PRELOAD = ("nbgrader.apps", "nbgrader.preprocessors", "judge.preprocessors", "instructor.task", "torch")
+
+
+def worker_preload():
+    """What the workers' multiprocessing fork server imports before it forks a worker: Dask's own list
+    (:func:`distributed.utils.get_mp_context`) and :data:`WORKER_PRELOAD`.  Set before that server starts (the
+    first worker of this process); it then serves every later cluster of the process."""
+    from distributed.utils import get_mp_context
+
+    ctx = get_mp_context()   # (Dask sets its own list once, here)
+    from multiprocessing import forkserver
+
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:   # not started yet
+        ctx.set_forkserver_preload(list(dict.fromkeys([*forkserver._forkserver._preload_modules, *WORKER_PRELOAD])))
 
 
 def private_config(folder: str) -> dict:
