@@ -84,7 +84,7 @@ def clear_autogrades(db_url: str, course_id: str, section: str, student: str):
         _clear(db_url, course_id, section, student)
 
 
-def _clear(db_url, course_id, section, student, only=None):
+def _clear(db_url, course_id, section, student):
     from nbgrader.api import Gradebook, MissingEntry
 
     with Gradebook(db_url, course_id) as gb:
@@ -93,8 +93,6 @@ def _clear(db_url, course_id, section, student, only=None):
         except MissingEntry:
             return
         for nb in sub.notebooks:
-            if only is not None and nb.name != only:
-                continue
             for grade in nb.grades:
                 grade.auto_score = None
                 grade.needs_manual_grade = True
@@ -146,15 +144,12 @@ def _record(root, db_url, course_id, result, config):
         else:
             gb.update_or_create_submission(section, student)
         names = [nb.name for nb in gb.find_assignment(section).notebooks]
-    submitted = set(result.get("submitted", ()))
     for name in names:
         path = dest / f"{name}.ipynb"
         if path.is_file():
             record_notebook(path, db_url, section, student, config)
-        elif f"{name}.ipynb" not in submitted:
-            _zero_missing(db_url, course_id, section, student, name)
-        else:   # submitted, and nbgrader could not grade it: no score of an earlier grading stands
-            _clear(db_url, course_id, section, student, only=name)
+        else:   # not graded (not submitted, or nbgrader failed on it): as nbgrader left it in the task's gradebook
+            _as_left(db_url, course_id, section, student, name, entry["notebooks"].get(name))
 
 
 def record_notebook(path: Path, db_url: str, section: str, student: str, config=None):
@@ -171,12 +166,20 @@ def record_notebook(path: Path, db_url: str, section: str, student: str, config=
         nb, resources = step(config=config).preprocess(nb, resources)
 
 
-def _zero_missing(db_url, course_id, section, student, name):
-    """A notebook of the assignment the student did not submit scores 0 (nbgrader's Autograde.init_assignment)."""
+def _as_left(db_url, course_id, section, student, name, left: dict | None):
+    """A notebook nbgrader did not grade, recorded as nbgrader's ``Autograde`` left it in the task's scratch
+    gradebook (``left``): 0 for a notebook not submitted beside one that was (``init_assignment``), else no score
+    (flagged for a manual grade) — never the score of an earlier grading."""
     from nbgrader.api import Gradebook
 
+    grades = (left or {}).get("grades", {})
     with Gradebook(db_url, course_id) as gb:
-        for grade in gb.find_submission_notebook(name, section, student).grades:
-            grade.auto_score = 0
-            grade.needs_manual_grade = False
+        snb = gb.find_submission_notebook(name, section, student)
+        for grade in snb.grades:
+            g = grades.get(grade.name) or {}
+            grade.auto_score = g.get("auto_score")
+            grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None   # (a manual score kept)
+        for comment in snb.comments:
+            comment.auto_comment = (left or {}).get("comments", {}).get(comment.name)
+        snb.late_submission_penalty = None
         gb.db.commit()

@@ -228,9 +228,7 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
         os._exit(70)  # test hook: a worker that dies while grading
     apply_settings(settings)
     out = {"section": section, "student": student, "hash": tree_hash(files), "kit": kit["hash"],
-           "worker_pid": os.getpid(), "success": False, "faults": [], "files": {}, "feedback": {},
-           # the notebooks submitted (one of the assignment's that is not scores 0, as nbgrader's Autograde says)
-           "submitted": sorted(k for k in files if "/" not in k and k.endswith(".ipynb"))}
+           "worker_pid": os.getpid(), "success": False, "faults": [], "files": {}, "feedback": {}}
     work = None
     try:
         sandboxed, line = sandbox_status()
