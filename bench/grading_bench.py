@@ -119,7 +119,7 @@ def run_serial(root: Path, sections) -> float:
 
 
 def run_dask(root: Path, sections, workers=None, scheduler=None, security=None) -> tuple[float, dict]:
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     t0 = time.time()
     reports = grade_class(root, sections, workers=workers, scheduler=scheduler, force=True, timeout=CELL_TIMEOUT,
@@ -302,8 +302,8 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     Runs :func:`instructor.task.grade_task` exactly as a worker does (after one warm-up
     task: a worker pays its imports and the generate_assignment template once), with every
     nbconvert preprocessor timed and the executed notebook's per-cell times (nbclient's
-    records) read before nbgrader clears them; then merges each result into a copy of
-    the course's gradebook as the coordinator does.  Median seconds per notebook.
+    records) read before nbgrader clears them; then records each result into a copy of
+    the course's gradebook as the one writer does.  Median seconds per notebook.
     """
     from collections import defaultdict
 
@@ -311,9 +311,9 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     from nbconvert.preprocessors import Preprocessor
     from nbgrader.converters.autograde import Autograde
 
-    from instructor.config import course_db, late_plugin
+    from instructor.config import course_db, load_config
     from instructor.gradebook import duedate
-    from instructor.gradebook import merge_result
+    from instructor.gradebook import record_result
     from instructor.kit import make_kit, submission_files
     from instructor.task import TaskSettings, grade_task, task_environment
 
@@ -321,7 +321,7 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
     db_url, course_id = course_db(course)
     kit = make_kit(course, section)
     due = duedate(db_url, course_id, section)
-    late = late_plugin(course)
+    config = load_config(course)
     _, task_env = task_environment(ENV)
     rows, row = [], None
     orig_call, orig_init = Preprocessor.__call__, Autograde.init_assignment
@@ -360,8 +360,8 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
             if row is None:
                 continue
             t = time.perf_counter()
-            merge_result(course, db_url, course_id, result, late)
-            row["coordinator: merge into the course gradebook"] = time.perf_counter() - t
+            record_result(course, db_url, course_id, result, config)
+            row["coordinator: record into the course gradebook"] = time.perf_counter() - t
             row["task total"] = total
             rows.append(row)
     finally:
@@ -382,7 +382,7 @@ def task_breakdown(template: Path, section: str, students: list) -> dict:
             med.get("nbgrader: submission into its gradebook", 0.0) + pre.get("SaveAutoGrades", 0.0)
             + pre.get("AssignLatePenalties", 0.0),
         "other nbgrader preprocessors": sum(v for k, v in pre.items() if k not in named),
-        "coordinator: merge into the course gradebook": med.get("coordinator: merge into the course gradebook", 0.0),
+        "coordinator: record into the course gradebook": med.get("coordinator: record into the course gradebook", 0.0),
     }
     accounted = sum(v for k, v in parts.items() if not k.startswith("coordinator"))
     parts["rest of the task (copies, files, nbgrader's own work)"] = med.get("task total", 0.0) - accounted

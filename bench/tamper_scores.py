@@ -23,7 +23,7 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
     from tests.harness import base_student, grade_corpus
 
     with tempfile.TemporaryDirectory(prefix="tamper-scores-") as tmp:

@@ -1,4 +1,4 @@
-"""The instructor's grading operations: ``./course grade`` (serial or Dask), the gradebook merge, the class report.
+"""The instructor's grading operations: ``./course grade`` (one engine, serial or on Dask), the gradebook's one writer, the class report.
 
 Apart from authoring (:mod:`authoring`), and from the student package (:mod:`attncourse`), which it uses.
 """

@@ -1,9 +1,9 @@
 """The canary: before a class is graded, the instructor's solution and the blank release are graded the same way.
 
 ``./course grade`` first grades ``source/<section>/<section>.ipynb`` (nbgrader's instructor version) and
-``release/<section>/<section>.ipynb`` (the untouched handout) by the path the class takes (the same Dask
-tasks, or the same serial ``nbgrader autograde``: the same kernel launcher, sandbox, limits), each in a scratch
-course with a gradebook of its own, so the canaries never appear in the course's gradebook.  The solution must
+``release/<section>/<section>.ipynb`` (the untouched handout) as the class is: the same task
+(:func:`instructor.task.grade_task`) on the same executor (the same kernel launcher, sandbox, limits), each in a
+scratch course with a gradebook of its own, so the canaries never appear in the course's gradebook.  The solution must
 earn every autograded point and the blank none.  Otherwise the environment is broken (a kernel that cannot
 import the course package, a missing package, a device that is not there) and every student would get the
 same wrong score: no student grade is written and the run stops with one line saying what broke, as a rule
@@ -12,17 +12,13 @@ the first error of the solution's notebook (its setup cell's).
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 import time
 from pathlib import Path
 
 from judge.autograded import first_line
 from judge.files import read_regular
-from judge.scratch import course_files, memory_folder, new_gradebook, write_course
 
 from .config import CourseError
-from .gradebook import gradebook_entry
 
 SOLUTION, BLANK = "canary-solution", "canary-blank"
 
@@ -109,65 +105,31 @@ def release_nb(files: dict, section: str):
     return nbformat.reads(files[BLANK][f"{section}.ipynb"].decode("utf-8", "replace"), as_version=4)
 
 
-def serial(root, sections, timeout: int | None = None, extra_env: dict | None = None, log=print):
-    """The canary of the serial path: :func:`instructor.serial.grade` on a scratch course per section."""
-    from judge.environment import with_python_bin
-
-    from .serial import grade
-    from .task import scratch_api
-
-    os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
-    problems = []
-    for section in sections:
-        t0 = time.time()
-        subs = submissions(root, section)
-        with tempfile.TemporaryDirectory(prefix=f"attncourse-canary-{section}-", dir=memory_folder()) as tmp:
-            tmp = Path(tmp)
-            files = course_files(root, section)
-            # a gradebook of its own, whatever the course's config names (never the course's PostgreSQL server)
-            db = f"sqlite:///{tmp / 'gradebook.db'}"
-            files["nbgrader_config.py"] += f"\nc.CourseDirectory.db_url = {db!r}\n".encode()
-            write_course(tmp, files, section, subs)
-            new_gradebook(tmp / "gradebook.db")
-            gen = scratch_api(tmp, None)[0].generate_assignment(section, force=True, create=True)
-            if not gen.get("success"):
-                lines = [ln for ln in ((gen.get("log") or "") + (gen.get("error") or "")).splitlines() if ln.strip()]
-                raise CourseError(f"{section}: the canary's generate_assignment failed: "
-                                  + first_line(lines[-1] if lines else "", 300))
-            report = grade(section, tmp, timeout, log=lambda *a: None, extra_env=extra_env)
-            outcomes = {}
-            for s in subs:
-                nb = tmp / "autograded" / s / section / f"{section}.ipynb"
-                outcomes[s] = outcome(gradebook_entry(db, section, s), nb.read_bytes() if nb.is_file() else None,
-                                      "; ".join(report["students"].get(s, {}).get("reasons", [])))
-        problem = verdict(section, release_nb(subs, section), outcomes, time.time() - t0, log)
-        problems += [problem] if problem else []
-    refuse(problems)
-
-
-def dask(client, root, sections, kit_futures, settings, log=print):
-    """The canary of the Dask path: the same tasks as the class (:func:`instructor.task.grade_task`), all sections'
-    canaries at once, before any student's."""
-    from .task import grade_task
-
+def check(ex, root, sections, settings, log=print):
+    """Both canaries of every section, graded by the run's own executor (:class:`instructor.engine.Serial` or
+    :class:`instructor.engine.OnDask`) and task before any student's; refuses (CourseError) where one fails."""
     t0 = time.time()
     subs = {section: submissions(root, section) for section in sections}
     canary_settings = dataclasses.replace(settings, feedback=False)
-    futures = {(section, s): client.submit(grade_task, kit_futures.get(section), s, files, None, canary_settings,
-                                           pure=False,
-                                           key=f"canary-{section}-{s}-{os.urandom(4).hex()}")
-               for section in sections for s, files in subs[section].items()}
+    keys = {ex.submit(section, s, files, None, canary_settings, key=f"canary-{section}-{s}"): (section, s)
+            for section in sections for s, files in subs[section].items()}
     outcomes: dict = {section: {} for section in sections}
-    for (section, s), fut in futures.items():
-        try:
-            r = fut.result()
-            why = "; ".join(r.get("faults", [])) or first_line((r.get("log") or "")[-300:], 300)
-            outcomes[section][s] = outcome(r.get("gradebook"), r.get("files", {}).get(f"{section}.ipynb"), why)
-        except Exception as exc:  # noqa: BLE001 - a dead worker, a lost kit: the canary did not come back
+    while ex.in_flight():
+        key, r, exc = ex.next()
+        section, s = keys[key]
+        if exc is not None:   # a dead worker, a lost kit: the canary did not come back
             outcomes[section][s] = outcome(None, None, f"grading failed: {type(exc).__name__}: {exc}")
-        finally:
-            fut.release()
+        else:
+            outcomes[section][s] = outcome(r.get("gradebook"), r.get("files", {}).get(f"{section}.ipynb"), why(r))
     seconds = time.time() - t0
     problems = [p for section in sections
                 if (p := verdict(section, release_nb(subs[section], section), outcomes[section], seconds, log))]
     refuse(problems)
+
+
+def why(result: dict) -> str:
+    """Why a canary's task gave no score, in one line: its faults, else the line of its log that names the cause
+    (:func:`instructor.outcome.log_reason`: a kernel that died or stopped, grading refused), never a cut fragment."""
+    from .outcome import log_reason
+
+    return "; ".join(result.get("faults", [])) or log_reason(result.get("log") or "")

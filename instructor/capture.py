@@ -1,12 +1,13 @@
 """What a grading process writes, which a student's kernel can flood: kept in a capped file, never in memory.
 
-``nbgrader autograde`` (the serial path) and a Dask worker's kernels write to stdout and stderr; a kernel that
-writes 12 GB there once made ``./course grade --serial`` hold all of it (``capture_output=True``) until the OOM
+A grading task's kernels (:func:`instructor.task.kernel_output_to`, under either executor) write to stdout and
+stderr; a kernel that wrote 12 GB there once made ``./course grade --serial`` (then an ``nbgrader autograde``
+subprocess) hold all of it (``capture_output=True``) until the OOM
 killer ended it.  Here the writer gets a pipe; a thread reads it as it comes and keeps the first :data:`HEAD` and
 the last :data:`TAIL` bytes in a file of a private folder (what lies between is counted, then dropped): the
 memory and the disk it takes are bounded, whatever is written, and the writer is never blocked for long.
 
-:func:`run` runs a grading subprocess that way, in a process group of its own that dies with its parent
+:func:`run` runs a grading subprocess (a plain ``nbgrader`` command) that way, in a process group of its own that dies with its parent
 (``PR_SET_PDEATHSIG``): a grader that dies takes its nbgrader with it (and nbgrader its kernels: their sandboxes
 die with their parent), so no orphaned batch goes on writing grades no one reads.
 """

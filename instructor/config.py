@@ -19,6 +19,24 @@ def submitted_students(root: Path, section: str, only=None) -> list:
     return [s for s in names if not only or s in only]
 
 
+CONFIG_FAILED = "Exception while loading config file"
+
+
+class ConfigError(RuntimeError):
+    """nbgrader_config.py raised: nbgrader would carry on with defaults (no judge, no limits)."""
+
+
+def check_config_loaded(proc):
+    """Refuse (ConfigError) a plain ``nbgrader`` run (a CompletedProcess) in which nbgrader could not load
+    nbgrader_config.py."""
+    log = (proc.stdout or "") + (proc.stderr or "")
+    if CONFIG_FAILED in log:
+        start = log.find(CONFIG_FAILED)
+        raise ConfigError("nbgrader could not load nbgrader_config.py; grading without it would drop the "
+                          "judge of the hidden checks, the sandbox, time and memory limits:\n" + log[start:start + 2000])
+    return proc
+
+
 def load_config(folder: Path):
     """nbgrader_config.py of ``folder``, loaded the way nbgrader loads it."""
     from traitlets.config.loader import PyFileConfigLoader
@@ -60,21 +78,6 @@ def check_section(root: Path, section: str, db_url: str, course_id: str):
         raise CourseError(f"{section} is not in the gradebook yet: {run}") from None
     except Exception as exc:  # noqa: BLE001 - a database that cannot be opened
         raise CourseError(f"cannot open the gradebook {db_url}: {type(exc).__name__}: {exc}") from None
-
-
-def late_plugin(root: Path):
-    """The course's late-submission plugin (``AssignLatePenalties.plugin_class``), as nbgrader would make it."""
-    from nbgrader.plugins import LateSubmissionPlugin
-
-    cfg = load_config(root)
-    name = cfg.get("AssignLatePenalties", {}).get("plugin_class")
-    cls = LateSubmissionPlugin
-    if name:
-        import importlib
-
-        mod, _, attr = name.rpartition(".") if isinstance(name, str) else (None, None, None)
-        cls = getattr(importlib.import_module(mod), attr) if mod else name
-    return cls(config=cfg)
 
 
 def release_notebook(root: Path, section: str):

@@ -3,9 +3,9 @@
     ./course grade 02_qkv_by_hand [04 ...|all] [--workers N] [--scheduler tls://HOST:8786] [--force]
                    [--feedback] [--timeout 60] [--json report.json] [--root DIR] [--serial] [--unsandboxed]
 
-By default the class is graded in parallel on Dask (:mod:`instructor.cluster`: one task per new or
-changed submission, one writer into the gradebook); ``--serial`` runs one plain ``nbgrader
-autograde`` batch per section instead (:mod:`instructor.serial`).  Either way every student's
+One engine (:mod:`instructor.engine`): one task per new or changed submission and per canary, one writer into
+the gradebook (nbgrader's own record step).  By default the tasks run in parallel on Dask (:mod:`instructor.cluster`);
+``--serial`` runs the same tasks one after the other in this process, no Dask.  Either way every student's
 total score, each test cell that lost points with the first line of its message, and reasons such
 as "cell timed out", "kernel died", "notebook is not valid JSON", "notebook missing (found
 other.ipynb)", "tampering suspected: …" are printed (:mod:`instructor.outcome`).  Grading is refused
@@ -21,11 +21,9 @@ import os
 import sys
 from pathlib import Path
 
-from . import canary
-from .cluster import grade_class
-from .config import CourseError, ready, resolve_sections, submitted_students
+from .config import CourseError, resolve_sections
+from .engine import grade_class
 from .outcome import format_report
-from .serial import grade
 from .task import DEFAULT_TASK_TIMEOUT
 
 
@@ -53,7 +51,7 @@ def main(argv=None, prog: str = "./course grade"):
     ap.add_argument("--feedback", action="store_true", help="also write feedback/<student>/<section>/ HTML, in parallel")
     ap.add_argument("--task-timeout", type=float, default=None, help="seconds one submission may take in all (900)")
     ap.add_argument("--serial", action="store_true",
-                    help="one plain `nbgrader autograde` batch per section, no Dask")
+                    help="the same tasks one after the other in this process, no Dask")
     ap.add_argument("--unsandboxed", action="store_true",
                     help="grade WITHOUT the bubblewrap sandbox (student code can read the reference data and "
                          "any file of this account); the report says so in red")
@@ -70,19 +68,15 @@ def main(argv=None, prog: str = "./course grade"):
         security = tls_security(args.tls_ca_file, args.tls_cert, args.tls_key)
     try:
         sections = resolve_sections(args.sections, root)
-        if args.serial:
-            ready(root, sections)   # grade_class checks the same itself
-            canary.serial(root, [s for s in sections if submitted_students(root, s, args.student)], args.timeout)
-            reports = {sec: grade(sec, root, args.timeout, args.student) for sec in sections}
-        else:
-            reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,
-                                  force=args.force or args.regrade, timeout=args.timeout,
-                                  task_timeout=args.task_timeout or DEFAULT_TASK_TIMEOUT, students=args.student,
-                                  feedback=args.feedback, security=security, insecure=args.insecure_scheduler)
-            for sec in sections:
-                print(format_report(reports[sec], color=sys.stdout.isatty()))
-                now = len(reports[sec].get("graded_now", []))
-                print(f"({now} graded now, {len(reports[sec]['students']) - now} unchanged since the last run)\n")
+        reports = grade_class(root, sections, workers=args.workers, scheduler=args.scheduler,
+                              force=args.force or args.regrade, timeout=args.timeout,
+                              task_timeout=args.task_timeout or DEFAULT_TASK_TIMEOUT, students=args.student,
+                              feedback=args.feedback, security=security, insecure=args.insecure_scheduler,
+                              serial=args.serial)
+        for sec in sections:
+            print(format_report(reports[sec], color=sys.stdout.isatty()))
+            now = len(reports[sec].get("graded_now", []))
+            print(f"({now} graded now, {len(reports[sec]['students']) - now} unchanged since the last run)\n")
     except CourseError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2

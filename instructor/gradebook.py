@@ -1,5 +1,5 @@
 """The course gradebook: the one module that opens it (nbgrader's ``Gradebook``). Written by one writer (the
-coordinator merges each task's result); read for the sections it holds, due dates and scores."""
+coordinator records each task's result with nbgrader's own record step); read for the sections it holds, due dates and scores."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -102,18 +102,22 @@ def _clear(db_url, course_id, section, student):
         gb.db.commit()
 
 
-# -- the coordinator: one writer -----------------------------------------------------------
-def merge_result(root: Path, db_url: str, course_id: str, result: dict, late_plugin=None):
-    """Write one task's result into the course: autograded/ files, feedback/, and the gradebook."""
+# -- the one writer ---------------------------------------------------------------------------------------------------
+def record_result(root: Path, db_url: str, course_id: str, result: dict, config=None):
+    """Record one task's result into the course: ``autograded/`` and ``feedback/`` files, and the gradebook by
+    nbgrader's own record step (:func:`record_notebook`).  ``config``: the course's nbgrader_config.py (the late
+    penalty's plugin)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SQLAlchemy's autoflush notes from inside nbgrader's Gradebook
-        _merge_into(root, db_url, course_id, result, late_plugin)
+        _record(root, db_url, course_id, result, config)
 
 
-def _merge_into(root, db_url, course_id, result, late_plugin):
-    from nbgrader.api import Gradebook, MissingEntry
+def _record(root, db_url, course_id, result, config):
+    from datetime import datetime
+
+    from nbgrader.api import Gradebook
 
     section, student = result["section"], result["student"]
     entry = result.get("gradebook")
@@ -132,32 +136,50 @@ def _merge_into(root, db_url, course_id, result, late_plugin):
         write_tree(Path(root) / "feedback" / student / section, result["feedback"])
     if entry is None:
         return
-    from datetime import datetime
-
-    with Gradebook(db_url, course_id) as gb:
+    ts = datetime.fromisoformat(entry["timestamp"]) if entry.get("timestamp") else None
+    with Gradebook(db_url, course_id) as gb:   # nbgrader's Autograde.init_assignment: the student, the submission
         gb.update_or_create_student(student)
-        ts = datetime.fromisoformat(entry["timestamp"]) if entry.get("timestamp") else None
-        sub = (gb.update_or_create_submission(section, student, timestamp=ts) if ts
-               else gb.update_or_create_submission(section, student))
-        for nb_name, nb in entry["notebooks"].items():
-            try:
-                snb = gb.find_submission_notebook(nb_name, section, student)
-            except MissingEntry:
-                continue
-            grades = {g.name: g for g in snb.grades}        # one query, not one per cell
-            comments = {c.name: c for c in snb.comments}
-            for name, g in nb["grades"].items():
-                grade = grades.get(name) or gb.find_grade(name, nb_name, section, student)
-                grade.auto_score = g["auto_score"]
-                # SaveAutoGrades' rule, against THIS gradebook: a manual score already given is kept
-                grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None
-            for name, text in nb["comments"].items():
-                (comments.get(name) or gb.find_comment(name, nb_name, section, student)).auto_comment = text
-            gb.db.commit()
-            # AssignLatePenalties' rule, against this gradebook's due date and scores
-            snb.late_submission_penalty = None
-            if sub.total_seconds_late > 0 and late_plugin is not None:
-                penalty = late_plugin.late_submission_penalty(student, snb.score, sub.total_seconds_late)
-                if penalty is not None:
-                    snb.late_submission_penalty = max(0.0, min(penalty, snb.score))
-            gb.db.commit()
+        if ts:
+            gb.update_or_create_submission(section, student, timestamp=ts)
+        else:
+            gb.update_or_create_submission(section, student)
+        names = [nb.name for nb in gb.find_assignment(section).notebooks]
+    for name in names:
+        path = dest / f"{name}.ipynb"
+        if path.is_file():
+            record_notebook(path, db_url, section, student, config)
+        else:   # not graded (not submitted, or nbgrader failed on it): as nbgrader left it in the task's gradebook
+            _as_left(db_url, course_id, section, student, name, entry["notebooks"].get(name))
+
+
+def record_notebook(path: Path, db_url: str, section: str, student: str, config=None):
+    """nbgrader's record step on one autograded notebook, as its ``Autograde`` converter applies it after the
+    notebook ran: ``SaveAutoGrades`` (each grade cell's score from its outputs, where the judge wrote it; a manual
+    score already given is kept and flagged for review; the "No response." comments) and ``AssignLatePenalties``
+    (the course's late-submission plugin against this gradebook's due date), with the course's configuration."""
+    import nbformat
+    from nbgrader.preprocessors import AssignLatePenalties, SaveAutoGrades
+
+    nb = nbformat.read(str(path), as_version=nbformat.NO_CONVERT)
+    resources = {"nbgrader": {"notebook": path.stem, "assignment": section, "student": student, "db_url": db_url}}
+    for step in (SaveAutoGrades, AssignLatePenalties):
+        nb, resources = step(config=config).preprocess(nb, resources)
+
+
+def _as_left(db_url, course_id, section, student, name, left: dict | None):
+    """A notebook nbgrader did not grade, recorded as nbgrader's ``Autograde`` left it in the task's scratch
+    gradebook (``left``): 0 for a notebook not submitted beside one that was (``init_assignment``), else no score
+    (flagged for a manual grade) — never the score of an earlier grading."""
+    from nbgrader.api import Gradebook
+
+    grades = (left or {}).get("grades", {})
+    with Gradebook(db_url, course_id) as gb:
+        snb = gb.find_submission_notebook(name, section, student)
+        for grade in snb.grades:
+            g = grades.get(grade.name) or {}
+            grade.auto_score = g.get("auto_score")
+            grade.needs_manual_grade = grade.manual_score is not None or grade.auto_score is None   # (a manual score kept)
+        for comment in snb.comments:
+            comment.auto_comment = (left or {}).get("comments", {}).get(comment.name)
+        snb.late_submission_penalty = None
+        gb.db.commit()

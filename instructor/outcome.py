@@ -1,6 +1,6 @@
 """One student's outcome in a grading run, as the instructor's report shows it: score, failed cells, reasons.
 
-One :func:`student_entry` serves the serial path and the Dask engine: the score comes from the
+One :func:`student_entry` serves both executors of the one engine (:mod:`instructor.engine`): the score comes from the
 gradebook, the verdicts from the judge's record in the autograded notebook
 (:mod:`judge.autograded`), and the two are checked against each other.  What the terminal
 shows of it is inert (:func:`judge.sanitize.inert`): a student's text cannot move the cursor,
@@ -59,6 +59,32 @@ def classify_log(log: str) -> str:
     errors = [ln for ln in log.splitlines() if "ERROR]" in ln and "There was an error" not in ln
               and "Please see" not in ln]
     return "autograde failed: " + first_line(errors[-1].split("]", 1)[-1] if errors else log[-200:])
+
+
+# what a grading run's log says when its kernel could not run at all, most telling first: the judge's own lines
+# (judge/kernels.py, judge/sandbox.py), then nbclient's
+KERNEL_SIGNS = ("kernel died before replying", "the grading kernel stopped", "grading refused",
+                "kernel didn't respond", "the fork server did not start", "deadkernelerror", "kernel died")
+
+
+def log_reason(log: str) -> str:
+    """The one line of a grading run's log that says why nothing was graded: the line naming a kernel that died or
+    stopped (with its exit status and last lines) or grading refused, from where that sign starts; else the
+    machine's trouble; else the last error line nbgrader logged; else its last line.  Never a fragment of a line
+    cut at a fixed offset."""
+    lines = [ln for ln in (log or "").splitlines() if ln.strip()
+             and not ln.lstrip().startswith(("raise ", "File \""))]   # (a traceback's source lines say nothing)
+    for sign in KERNEL_SIGNS:
+        for ln in reversed(lines):
+            i = ln.lower().find(sign)
+            if i >= 0:
+                return first_line(ln[i:], 300)
+    trouble = machine_trouble(log)
+    if trouble:
+        return trouble
+    errors = [ln for ln in lines if "ERROR]" in ln and "There was an error" not in ln and "Please see" not in ln]
+    last = errors[-1] if errors else (lines[-1] if lines else "")
+    return first_line(last.split("] ", 1)[-1] if last.startswith("[") else last, 300)
 
 
 def cell_failures(nb) -> tuple[list, list]:

@@ -1,5 +1,5 @@
-"""One submission graded on a Dask worker, in a scratch course of its own (nothing on the worker touches
-the course folder or its gradebook)."""
+"""The grading engine's one task (:mod:`instructor.engine`): one submission graded in a scratch course of its own,
+on a Dask worker or in the grader's process (nothing it does touches the course folder or its gradebook)."""
 from __future__ import annotations
 
 import contextlib
@@ -217,7 +217,10 @@ def warm_up(settings: TaskSettings, config: bytes | None = None) -> float:
 
 def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
                settings: TaskSettings = TaskSettings()) -> dict:
-    """Autograde one submission in a scratch course of its own; return everything the coordinator merges."""
+    """Autograde one submission (a student's, or a canary's) in a scratch course of its own, by nbgrader's own
+    ``Autograde`` with the course's configuration; return everything the one writer records
+    (:func:`instructor.gradebook.record_result`) and why nothing could be graded, when nothing could (its log and
+    faults)."""
     t0 = time.time()
     section = kit["section"]
     timeout, task_timeout, feedback = settings.timeout, settings.task_timeout, settings.feedback

@@ -93,7 +93,7 @@ class Course:
     def nbgrader(self, *args, timeout=1800, check=True) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=self.root, env=course_env(),
                               capture_output=True, text=True, timeout=timeout)
-        from instructor.serial import check_config_loaded
+        from instructor.config import check_config_loaded
 
         check_config_loaded(proc)
         if check and proc.returncode != 0:
@@ -232,13 +232,13 @@ def slim(nb):
 
 def grade_corpus(batch: str, root: Path, timeout: int | None = None, check_timeout: int = 30,
                  extra_env: dict | None = None):
-    """Grade every corpus submission of ``batch`` plus a correct one, in one nbgrader run via instructor/serial.py.
+    """Grade every corpus submission of ``batch`` plus a correct one, one after the other by the serial executor (instructor/engine.py).
 
     ``timeout`` is nbgrader's per-cell limit: the course's own (nbgrader_config.py) by default.  The setup cell
     takes ~2 s on an idle 2-core machine but went past a 10 s limit on a loaded CI machine (three submissions lost
     every cell to "GRADER is not defined"), so a batch that does not test timeouts keeps the course's limit.
     """
-    from instructor.serial import grade
+    from instructor.engine import grade_section as grade
     from tests.corpus._base import WRONG
 
     section = CORPUS_SECTION

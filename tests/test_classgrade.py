@@ -81,7 +81,7 @@ def client():
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, client):
     """(serial course, dask course, dask report): the class graded both ways."""
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     tmp = tmp_path_factory.mktemp("classgrade")
     serial = Course(tmp / "serial", [SECTION])
@@ -105,6 +105,35 @@ def runs(tmp_path_factory, client):
                           extra_env={"ATTNCOURSE_CLASSGRADE_DIE_FOR": die})
     assert (tmp / "flaky-worker-died").exists()   # (its worker did die once)
     return serial, par, reports[SECTION]
+
+
+@pytest.fixture(scope="module")
+def serial_run(tmp_path_factory):
+    """The same class graded by the one engine's other executor, the plain map in this process (``--serial``)."""
+    from instructor.engine import grade_class
+
+    course = Course(tmp_path_factory.mktemp("classgrade-serial") / "c", [SECTION])
+    course.generate(SECTION)
+    _set_duedate(course)
+    _class(course)
+    report = grade_class(course.root, [SECTION], serial=True, canary=False, log=lambda *a: None)[SECTION]
+    return course, report
+
+
+@pytest.mark.slow
+def test_serial_executor_gradebook_matches_plain_nbgrader_autograde(runs, serial_run):
+    """The one engine's plain map records, with nbgrader's own SaveAutoGrades and AssignLatePenalties, the gradebook
+    plain ``nbgrader autograde`` makes of the same class (every score, flag, comment, late penalty), and the same
+    autograded notebooks; its report says the same as the Dask executor's."""
+    plain, _, dask_report = runs
+    course, report = serial_run
+    assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == _snapshot(f"sqlite:///{plain.root / 'gradebook.db'}")
+    for s in ("good", "wrong", "late"):
+        assert plain.messages(SECTION, s) == course.messages(SECTION, s), s
+    assert report["engine"] == "serial"
+    keys = ("score", "max_score", "not_graded", "failures")
+    for s, entry in report["students"].items():
+        assert {k: entry[k] for k in keys} == {k: dask_report["students"][s][k] for k in keys}, s
 
 
 @pytest.mark.slow
@@ -406,7 +435,7 @@ def postgres():
 @pytest.mark.slow
 def test_postgresql_gradebook(postgres, runs, client, tmp_path):
     """CourseDirectory.db_url on a real PostgreSQL server: the same scores as the SQLite gradebook."""
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     serial, _, _ = runs
     course = Course(tmp_path / "pg", [SECTION])
@@ -432,7 +461,7 @@ def test_postgresql_gradebook(postgres, runs, client, tmp_path):
 def test_rerun_grades_only_new_or_changed_submissions(runs, client):
     """Incremental (runs last on the Dask course): unchanged -> skipped; failed or changed -> graded again."""
     from tests.corpus._base import CORRECT
-    from instructor.cluster import grade_class
+    from instructor.engine import grade_class
 
     serial, par, first = runs
     assert sorted(first["graded_now"]) == sorted(first["students"])
@@ -544,8 +573,8 @@ def test_a_failed_regrade_keeps_no_old_score_or_notebook(engine, request, tmp_pa
     No score of the first grading stands, and neither its autograded notebook nor its feedback is left beside the
     cleared score (they showed the old verdicts, ✓ beside a 0).  The paired student's gradable resubmission gets
     its honest score and a notebook of this grading."""
-    from instructor.cluster import grade_class
-    from instructor.serial import grade
+    from instructor.engine import grade_class
+    from instructor.engine import grade_section as grade
     from tests.corpus._base import WRONG
 
     course = Course(tmp_path / engine, [SECTION])
@@ -589,8 +618,9 @@ def test_a_failed_regrade_keeps_no_old_score_or_notebook(engine, request, tmp_pa
     assert not (course.root / "feedback" / "honest" / SECTION).exists()       # the first grading's feedback: gone
 
 
-def _grade_cli(course: Course, *args, pythonpath: Path | None = None):
+def _grade_cli(course: Course, *args, pythonpath: Path | None = None, extra_env: dict | None = None):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(extra_env or {})
     cwd = ROOT
     if pythonpath is not None:
         env["PYTHONPATH"], cwd = str(pythonpath), pythonpath
@@ -625,3 +655,20 @@ def test_canary_stops_a_broken_environment(engine, tmp_path):
         assert "canary 02_qkv_by_hand: the solution" in proc.stdout
         got = _snapshot(f"sqlite:///{course.root / 'gradebook.db'}")
         assert set(got) == {"good"} and got["good"]["score"] > 0, got
+
+
+@pytest.mark.slow   # two canaries whose kernels cannot start
+def test_the_canary_names_a_kernel_that_cannot_start(tmp_path):
+    """Every grading kernel dies before it replies (a 40 MB memory limit, the classic launcher): the canary stops
+    the run in one line that names it, with the kernel's exit status and last line ("Kernel died before replying to
+    kernel_info: the grading kernel stopped (exit N): …"), where the first line of the log's last 300 characters
+    gave a fragment of nbgrader's traceback ("oks()"; tests/test_engine_faults.py pairs the two on this log)."""
+    course = Course(tmp_path / "course", [SECTION])
+    course.generate(SECTION)
+    course.submit("good", SECTION, slim(course.source_nb(SECTION)))
+    proc = _grade_cli(course, "--serial", extra_env={"ATTNCOURSE_KERNEL_MEM_MB": "40", "ATTNCOURSE_FORKSERVER": "0"})
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    lines = [ln for ln in proc.stderr.splitlines() if "canary failed" in ln]
+    assert len(lines) == 1 and "scored 0 / " in lines[0], proc.stderr[-2000:]
+    assert "here: Kernel died before replying to kernel_info: the grading kernel stopped (" in lines[0], lines
+    assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == {}

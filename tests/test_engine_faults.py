@@ -2,8 +2,9 @@
 
 * A grading subprocess's output (nbgrader's, and its kernels', which nbgrader hands them) is kept in a capped file,
   never in the grader's memory (:mod:`instructor.capture`); the subprocess dies with the grader.
-* The serial path counts every nbgrader run's status, grades again alone what a batch could not grade, and says
-  "not graded" (never 0) where the machine, not the notebook, is to blame.
+* The one engine, under either executor (a plain map, Dask), grades again alone what the machine kept from being
+  graded, and says "not graded" (never 0) where the machine, not the notebook, is to blame; the canary's reason is
+  the log line that names the cause.
 * The watchdog stops a runaway kernel forked by the fork server (the default), and the fork server's start
   deadline holds while it waits.
 
@@ -143,79 +144,142 @@ def test_a_subprocess_past_its_time_is_stopped_with_its_whole_group(tmp_path):
     assert _gone(int(pidfile.read_text()))
 
 
-# -- the serial path's bookkeeping (nbgrader stood in for: no kernel starts) ----------------------------------------
-@pytest.fixture
-def small_course(tmp_path, monkeypatch):
-    """Three submissions of a section; nbgrader replaced by :func:`fake_nbgrader`'s script."""
-    from instructor import serial
+# -- the one engine's bookkeeping, under both executors (a stand-in task: no kernel starts) -------------------------
+def fake_task(kit, student, files, duedate=None, settings=None):
+    """Stands in for :func:`instructor.task.grade_task`: the next outcome ``kit["plan"]`` holds for ``student`` (each
+    run recorded in ``kit["runs"]``): ("graded", _) returns the notebook as autograded, ("log", text) a run nbgrader
+    could not grade with that log, ("raise", text) a task that raised (as a worker that died)."""
+    import fcntl
+
+    from judge.scratch import tree_hash
+
+    with open(kit["plan"], "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        plan = json.load(f)
+        kind, text = plan[student].pop(0)
+        f.seek(0), f.truncate(), f.write(json.dumps(plan))
+        with open(kit["runs"], "a") as runs:
+            runs.write(student + "\n")
+    if kind == "raise":
+        raise RuntimeError(text)
+    name = f"{kit['section']}.ipynb"
+    out = {"section": kit["section"], "student": student, "hash": tree_hash(files), "kit": kit["hash"],
+           "success": kind == "graded", "faults": [], "files": {}, "gradebook": None, "log": ""}
+    if kind == "graded":
+        out["files"] = {name: files[name]}
+    else:
+        out["log"] = text
+    return out
+
+
+OUT_OF_PROCESSES = "[AutogradeApp | ERROR] BlockingIOError: [Errno 11] Resource temporarily unavailable"
+KERNEL_DIED = "[AutogradeApp | ERROR] nbclient.exceptions.DeadKernelError: Kernel died"
+PLAN = {  # student: its runs' outcomes in turn
+    "ann": [["graded", ""]],                                  # graded at once: one run
+    "bob": [["log", OUT_OF_PROCESSES], ["log", OUT_OF_PROCESSES]],   # the machine's, twice: not graded
+    "cat": [["log", KERNEL_DIED], ["log", KERNEL_DIED]],      # its kernel died alone too: its own doing, 0
+    "dan": [["log", "[AutogradeApp | ERROR] ValueError: broken"]],   # its own failure: one run, its reason
+    "eve": [["raise", "worker lost"], ["graded", ""]],        # the machine's once: graded alone
+}
+
+
+@pytest.fixture(params=["serial", "dask"])
+def engine_run(request, tmp_path):
+    """(executor, kits, course): a course of five submissions and the executor under test, running
+    :func:`fake_task`."""
     from judge.scratch import new_gradebook
+    from instructor.engine import OnDask, Serial
 
     course = Course(tmp_path / "c", [SECTION])
     src = slim(course.source_nb(SECTION))
-    for s in ("ann", "bob", "cat"):
+    for s in PLAN:
         course.submit(s, SECTION, src)
     new_gradebook(course.root / "gradebook.db")
-    monkeypatch.setattr(serial, "sandbox_status", lambda env=None: (True, "kernels sandboxed (test)"))
-    return course
+    (tmp_path / "plan.json").write_text(json.dumps(PLAN))
+    kits = {SECTION: {"section": SECTION, "hash": "kit", "plan": str(tmp_path / "plan.json"),
+                      "runs": str(tmp_path / "runs.txt")}}
+    if request.param == "serial":
+        yield Serial(kits, task=fake_task), kits, course
+        return
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None,
+                      scheduler_kwargs={"dashboard": False}) as lc, Client(lc) as client:
+        yield OnDask(client, kits, task=fake_task), kits, course
 
 
-def fake_nbgrader(monkeypatch, outcomes: dict):
-    """``run_nbgrader`` replaced: ``outcomes[student or ""]`` is a list of (returncode, log, graded) for its runs in
-    turn; a graded run writes the student's autograded notebook as nbgrader would.  Returns the runs made."""
-    from instructor import serial
+def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
+    """Under either executor: a notebook the machine kept from being graded (out of processes, a task that raised,
+    a kernel that died) is graded again alone once the others are done; where the machine is still to blame it is
+    "not graded" (no score, never 0); a kernel that died alone too scores 0 with its reason; a failure of the
+    notebook's own (nbgrader's error) is not run again, and its reason is that run's own log line."""
+    from instructor.config import course_db, load_config
+    from instructor.engine import ClassRun, run_tasks
+    from instructor.kit import submission_files
+    from instructor.outcome import format_report, section_report
+    from instructor.task import TaskSettings
 
-    made = []
-
-    def run(root, args, timeout=None, env=None):
-        student = next((a.split("=", 1)[1] for a in args if a.startswith("--student=")), "")
-        rc, log, graded = outcomes[student].pop(0)
-        made.append((student, rc))
-        for s in (([student] if graded else []) if student else graded):
-            dest = Path(root) / "autograded" / s / SECTION
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy(Path(root) / "submitted" / s / SECTION / f"{SECTION}.ipynb", dest)
-        return subprocess.CompletedProcess(["nbgrader", *args], rc, log, "")
-
-    monkeypatch.setattr(serial, "run_nbgrader", run)
-    return made
-
-
-def test_serial_counts_every_students_return_code(small_course, monkeypatch):
-    """Two of three students graded one by one: the first run fails, the last succeeds; the report's status is
-    the failure (it kept only the last run's 0), and every run's status is listed."""
-    from instructor.serial import grade
-
-    made = fake_nbgrader(monkeypatch, {"ann": [(1, "[AutogradeApp | ERROR] ValueError: broken", False)],
-                                       "bob": [(0, "", True)]})
-    report = grade(SECTION, small_course.root, students=["ann", "bob"], log=lambda *a: None)
-    assert made == [("ann", 1), ("bob", 0)]   # ann's failure is its own: no second run
-    assert report["batch_returncode"] == 1 and report["returncodes"] == {"ann": 1, "bob": 0}, report
-    assert "ValueError: broken" in " ".join(report["students"]["ann"]["reasons"])
-    assert not report["students"]["ann"]["not_graded"]
-
-
-def test_serial_grades_again_alone_what_a_dead_batch_left(small_course, monkeypatch):
-    """The batch was killed before it reached anyone (as the OOM killer ended it): each student is graded again
-    alone.  One is graded then; one whose run is stopped again is "not graded" (no score, not 0); one whose kernel
-    died alone keeps nbgrader's reason (its own doing)."""
-    from instructor.outcome import format_report
-    from instructor.serial import grade
-
-    made = fake_nbgrader(monkeypatch, {
-        "": [(-9, "[AutogradeApp | INFO] Converting notebook ann", [])],
-        "ann": [(0, "", True)],
-        "bob": [(-9, "", False)],
-        "cat": [(1, "[AutogradeApp | ERROR] nbclient.exceptions.DeadKernelError: Kernel died", False)]})
-    report = grade(SECTION, small_course.root, log=lambda *a: None)
-    assert made == [("", -9), ("ann", 0), ("bob", -9), ("cat", 1)], made
-    st = report["students"]
-    assert report["batch_returncode"] == -9
-    assert not st["ann"]["not_graded"]
-    assert st["bob"]["not_graded"] and st["bob"]["not_graded"].startswith("not graded: its nbgrader run was stopped")
-    assert "cells" not in st["bob"]
+    ex, kits, course = engine_run
+    db_url, course_id = course_db(course.root)
+    run = ClassRun(course.root, TaskSettings(), db_url, course_id, load_config(course.root), log=lambda *a: None)
+    todo = [(SECTION, s, submission_files(course.root, s, SECTION), None) for s in PLAN]
+    state, results = {}, {SECTION: {}}
+    run_tasks(ex, run, todo, {SECTION: "kit"}, state, results)
+    runs = Path(kits[SECTION]["runs"]).read_text().split()
+    assert sorted(runs) == sorted(["ann", "bob", "bob", "cat", "cat", "dan", "eve", "eve"]), runs
+    assert set(runs[-3:]) == {"bob", "cat", "eve"}   # the second runs: after every first one, alone
+    st = section_report(course.root, SECTION, list(PLAN), results[SECTION], state, db_url, course_id, True,
+                        "kernels sandboxed (test)")["students"]
+    assert not st["ann"]["not_graded"] and not st["eve"]["not_graded"] and not st["ann"]["reasons"], st
+    assert st["bob"]["not_graded"] == "not graded: the machine ran out, twice: BlockingIOError: [Errno 11] Resource " \
+                                      "temporarily unavailable", st["bob"]
     assert not st["cat"]["not_graded"] and any("kernel died" in r for r in st["cat"]["reasons"]), st["cat"]
-    text = format_report(report)
+    assert st["dan"]["reasons"] == ["autograde failed: ValueError: broken"] and not st["dan"]["not_graded"]
+    assert state[SECTION]["bob"]["hash"] is None    # graded again next run
+    text = format_report({"section": SECTION, "students": st, "seconds": 1})
     assert "bob                      not graded" in text and "cat                      0 /" in text, text
+
+
+# the log of a canary whose kernel could not start (the classic launcher, a 40 MB memory limit), as nbgrader's
+# Autograde left it: the old reason, the first line of its last 300 characters, was a fragment of a traceback
+CANARY_LOG = """[INFO] Autograding /dev/shm/attncourse-task/autograded/canary-solution/02_qkv_by_hand/02_qkv_by_hand.ipynb
+[ERROR] Error occurred while starting new kernel client for kernel bc70: Kernel died before replying to \
+kernel_info: the grading kernel stopped (exit 134): Resource temporarily unavailable (src/thread.cpp:241)
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/judge/kernels.py", line 50, in _async_wait_for_ready
+    raise RuntimeError("Kernel died before replying to kernel_info" + (f": {why}" if why else ""))
+RuntimeError: Kernel died before replying to kernel_info: the grading kernel stopped (exit 134): Resource \
+temporarily unavailable (src/thread.cpp:241)
+[WARNING] Removing failed assignment: /dev/shm/attncourse-task/autograded/canary-solution/02_qkv_by_hand
+[ERROR] There was an error processing assignment '02_qkv_by_hand' for student 'canary-solution'
+[ERROR] Please see the the above traceback for details on the specific errors on the above failures.
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/nbgrader/utils.py", line 542, in capture_log
+    app.start()
+  File "/venv/lib/python3.11/site-packages/nbgrader/converters/base.py", line 132, in start
+    self.convert_notebooks()
+  File "/venv/lib/python3.11/site-packages/nbgrader/converters/base.py", line 468, in convert_notebooks
+    raise NbGraderException(msg)
+nbgrader.converters.base.NbGraderException: Please see the the above traceback for details on the specific errors \
+on the above failures.
+""".replace("\\\n", "")
+
+
+def test_the_canarys_reason_is_the_line_that_names_the_cause():
+    """The kernel died before it replied: the reason names it with its exit status and last line; the old cut
+    (``first_line(log[-300:])``) gave a piece of nbgrader's traceback.  A refused run and a stopped kernel are named
+    the same way; a log with no such line gives nbgrader's last error, never a fragment."""
+    from judge.autograded import first_line
+    from instructor.canary import why
+
+    old = first_line(CANARY_LOG[-300:], 300)
+    assert "kernel" not in old.lower(), old
+    assert why({"log": CANARY_LOG}) == ("Kernel died before replying to kernel_info: the grading kernel stopped "
+                                        "(exit 134): Resource temporarily unavailable (src/thread.cpp:241)")
+    refused = "[ERROR] x\nTraceback\n  grading refused: the sandbox cannot start here (no bwrap). Install\n[ERROR] y"
+    assert why({"log": refused}).startswith("grading refused: the sandbox cannot start here (no bwrap)")
+    assert why({"log": "[INFO] a\n[AutogradeApp | ERROR] ValueError: broken\n  trailing"}) == "ValueError: broken"
+    assert why({"faults": ["grading failed: worker died"], "log": CANARY_LOG}) == "grading failed: worker died"
 
 
 # -- the watchdog and the fork server -------------------------------------------------------------------------------

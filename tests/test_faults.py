@@ -88,7 +88,7 @@ def test_check_time_limit_in_process(monkeypatch):
 
 
 def test_grade_command_survives_an_empty_section(tmp_path):
-    from instructor.serial import grade
+    from instructor.engine import grade_section as grade
 
     report = grade(CORPUS_SECTION, tmp_path, log=lambda *a: None)
     assert report["students"] == {}

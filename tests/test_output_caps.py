@@ -192,7 +192,7 @@ def test_a_display_flood_is_capped_in_the_autograded_notebook(tmp_path):
     import subprocess
     import sys
 
-    from instructor.serial import check_config_loaded
+    from instructor.config import check_config_loaded
     from tests.corpus._base import CORRECT
     from tests.harness import CORPUS_CELL, CORPUS_SECTION, Course, course_env, slim, with_cells
 

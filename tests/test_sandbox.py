@@ -68,7 +68,7 @@ def test_sandboxed_kernel_sees_only_its_submission(tmp_path):
     _need_bwrap()
     import json
 
-    from instructor.serial import grade
+    from instructor.engine import grade_section as grade
 
     section = CORPUS_SECTION
     course = Course(tmp_path / "c", [section])

@@ -1,0 +1,202 @@
+"""The one grading engine's two executors on the same class, by CPU-seconds of the whole process tree.
+
+    .venv/bin/python -m bench.engine_bench [--per-section 22] [--sections 02] [--modes nbgrader,serial,dask2]
+
+Modes: ``nbgrader`` (plain ``nbgrader autograde`` of the section, no canary: the reference), ``serial``
+(``./course grade --serial``: the engine's plain map in one process, canary included), ``dask2`` (``./course grade
+--workers 2``: the same tasks on two local Dask workers, canary included).  Each mode runs in a child process of
+this one, which is the child subreaper of everything the mode starts (Dask's nannies and workers, fork servers,
+kernels) and samples every descendant's own CPU time every 0.1 s (:class:`TreeCpu`; a kernel inside its sandbox's
+PID namespace is killed with its sandbox, never reaped up the chain, so ``RUSAGE_CHILDREN`` would miss it): the
+CPU-seconds of the whole tree, whatever else the machine runs (wall time does not: other processes' load stretches
+it).  What a process spends in its last 0.1 s, and a process shorter than that, goes uncounted.  The machine's
+two-process ceiling (:func:`bench.grading_bench.machine_parallelism`) is measured in the same run, before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+PR_SET_CHILD_SUBREAPER = 36
+
+MODE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from bench.grading_bench import ENV, CELL_TIMEOUT
+root, mode, sections = sys.argv[2], sys.argv[3], sys.argv[4].split(",")
+t0 = time.time()
+if mode == "nbgrader":
+    import subprocess
+    from judge.environment import grading_env
+    env = grading_env(keep=tuple(ENV), extra=ENV)
+    for s in sections:
+        subprocess.run([sys.executable, "-m", "nbgrader", "autograde", s, "--create", "--force",
+                        f"--Execute.timeout={CELL_TIMEOUT}"], cwd=root, env=env, capture_output=True)
+    first = None
+else:
+    from instructor.engine import grade_class
+    log = []
+    grade_class(root, sections, serial=mode == "serial", workers=int(mode[4:] or 2) if mode.startswith("dask") else None,
+                force=True, timeout=CELL_TIMEOUT, extra_env=ENV, log=lambda *a: log.append((time.time(), " ".join(map(str, a)))))
+    first = next((t for t, m in log if m.startswith("grading ")), None)
+print(json.dumps({"wall": time.time() - t0, "canary_s": (first - t0) if first else None}))
+"""
+
+
+class TreeCpu:
+    """CPU-seconds (user + system) of every process below this one while it runs, sampled every ``every`` s."""
+
+    def __init__(self, every: float = 0.1):
+        import threading
+
+        self.every, self.seen, self.kinds, self.stop = every, {}, {}, threading.Event()
+        self.before = self.sample()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def sample(self) -> dict:
+        import psutil
+
+        out = {}
+        for p in psutil.Process().children(recursive=True):
+            try:
+                t = p.cpu_times()
+                key = (p.pid, p.create_time())
+                out[key] = t.user + t.system
+                if key not in self.kinds:
+                    self.kinds[key] = kind(p.cmdline())
+            except psutil.Error:
+                pass
+        return out
+
+    def loop(self):
+        while not self.stop.wait(self.every):
+            for k, v in self.sample().items():
+                self.seen[k] = max(v, self.seen.get(k, 0.0))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.seconds = sum(v - self.before.get(k, 0.0) for k, v in self.seen.items())
+        self.by_kind = {}
+        for k, v in self.seen.items():
+            name = self.kinds.get(k, "?")
+            self.by_kind[name] = round(self.by_kind.get(name, 0.0) + v - self.before.get(k, 0.0), 1)
+
+
+def kind(cmd: list) -> str:
+    """What a process of the tree is, from its command line."""
+    line = " ".join(cmd)
+    for sign, name in (("forkserver.py", "fork server and its kernels"), ("zygote.py", "kernel client"),
+                       ("ipykernel", "kernel (classic launcher)"), ("bwrap", "bwrap"),
+                       ("multiprocessing.spawn", "Dask worker"), ("multiprocessing.forkserver", "Dask worker"),
+                       ("resource_tracker", "multiprocessing helper"), ("nbgrader", "nbgrader"),
+                       ("alembic", "alembic")):
+        if sign in line:
+            return name
+    return "grader (coordinator)" if "grade_class" in line or "bench.grading_bench" in line else line[:60]
+
+
+def reap_all(timeout: float = 60.0):
+    """Wait for every descendant this subreaper inherited (orphaned fork servers and their kernels)."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            if time.time() > deadline:
+                return
+            time.sleep(0.2)
+
+
+def run_mode(root: Path, mode: str, sections: list) -> dict:
+    load0 = os.getloadavg()[0]
+    with TreeCpu() as cpu:
+        t = time.time()
+        p = subprocess.run([sys.executable, "-c", MODE, str(HERE), str(root), mode, ",".join(sections)],
+                           capture_output=True, text=True, cwd=HERE)
+        wall = time.time() - t
+        reap_all()
+    out = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {}
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu.seconds, 1), "cpu_by_kind": cpu.by_kind, "rc": p.returncode,
+            "canary_wall_s": round(out["canary_s"], 1) if out.get("canary_s") else None,
+            "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
+            "stderr_tail": p.stderr[-600:] if p.returncode else ""}
+
+
+def scores(root: Path, sections) -> dict:
+    from nbgrader.api import Gradebook
+
+    out = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        for s in sections:
+            for sub in gb.find_assignment(s).submissions:
+                out[f"{s}/{sub.student.id}"] = {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", nargs="+", default=["02"])
+    ap.add_argument("--per-section", type=int, default=22)
+    ap.add_argument("--modes", default="nbgrader,serial,dask2")
+    ap.add_argument("--out", default=None, help="also write the results as JSON here")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(HERE))
+    from bench.grading_bench import build_class, machine_parallelism
+    from instructor.config import resolve_sections
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    sections = resolve_sections(args.sections, HERE)
+    base = Path(tempfile.mkdtemp(prefix="attncourse-enginebench-"))
+    res = {"sections": sections, "per_section": args.per_section, "cpus": os.cpu_count(), "modes": {}}
+    try:
+        res["ceiling_before"] = machine_parallelism()
+        template = build_class(base, sections, args.per_section)
+        ref = None
+        for mode in [m for m in args.modes.split(",") if m]:
+            root = base / mode
+            shutil.copytree(template, root)
+            r = run_mode(root, mode, sections)
+            got = scores(root, sections)
+            ref = got if ref is None else ref
+            diff = sorted(k for k in set(got) | set(ref) if got.get(k) != ref.get(k))
+            r["same_scores_as_first_mode"] = not diff
+            r["differ"] = {k: [ref.get(k), got.get(k)] for k in diff[:6]}
+            res["modes"][mode] = r
+            print(mode, json.dumps(r), flush=True)
+        res["ceiling_after"] = machine_parallelism()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    m = res["modes"]
+    if "serial" in m and "dask2" in m:
+        ceiling = min(res["ceiling_before"]["ceiling"], res["ceiling_after"]["ceiling"])
+        speed = m["serial"]["wall_s"] / m["dask2"]["wall_s"]
+        res["summary"] = {"speed_up_wall": round(speed, 2), "ceiling": ceiling,
+                          "of_ceiling": round(speed / ceiling, 2),
+                          "dask_cpu_beyond_serial_s": round(m["dask2"]["cpu_s"] - m["serial"]["cpu_s"], 1),
+                          # what the wall-clock speed-up would be on an idle machine with this ceiling, if the CPU
+                          # each mode spends were spread as evenly as the ceiling allows (an upper bound)
+                          "cpu_bound_speed_up": round(ceiling * m["serial"]["cpu_s"] / m["dask2"]["cpu_s"], 2)}
+    print(json.dumps({k: res[k] for k in ("ceiling_before", "ceiling_after", "summary") if k in res}), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""The one grading engine (``./course grade``, with or without ``--serial``): one task function, one of two
+executors, one writer.
+
+* **One task.**  Every submission and both canaries (:mod:`instructor.canary`) are results of
+  :func:`instructor.task.grade_task`: one submission autograded by nbgrader's own ``Autograde`` in a scratch course
+  of its own, returning the autograded files, what nbgrader stored, its log and timings.  Why a notebook could not
+  be graded is read from that result (:func:`instructor.outcome.why_not_graded`), never from a second nbgrader run.
+* **Two executors, one loop.**  :class:`Serial` is a plain map: each task runs here, in this process, one after the
+  other (``--serial``; the tests' corpus batches).  :class:`OnDask` submits the same tasks to a Dask cluster, local
+  or given by address (:mod:`instructor.cluster`), at most one in flight per worker thread.  :func:`run_tasks`
+  drives either: a notebook the machine may have kept from being graded is graded again alone once the others are
+  done, and "not graded" (never 0) where that fails for the machine's reason.
+* **One writer.**  Each result, as it arrives, is recorded into the course's gradebook by nbgrader's own record step
+  (:func:`instructor.gradebook.record_result`: ``SaveAutoGrades`` and ``AssignLatePenalties`` on the autograded
+  notebook), and ``autograded/<student>/<section>/`` is written.
+* **Incremental.**  ``.classgrade/state.json`` (:mod:`instructor.state`) remembers, per section and student, the hash
+  of the submission's files and of the kit: a re-run grades only new or changed submissions, and everyone again when
+  the tests changed; ``force`` regrades all.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from judge.environment import with_python_bin
+from judge.sandbox import sandbox_status
+from judge.scratch import tree_hash
+
+from . import canary as canaries
+from .config import CourseError, load_config, ready, release_notebook, submitted_students
+from .gradebook import duedate, graded_students, record_result
+from .kit import make_kit, submission_files, with_template
+from .outcome import NOT_GRADED, alone_verdict, retry_alone, section_report, why_not_graded
+from .prescan import prescan_class
+from .state import load_state, record_sandbox, save_state
+from .task import DEFAULT_TASK_TIMEOUT, DIE_ENV, TaskSettings, grade_task, task_environment
+
+
+# -- the executors ---------------------------------------------------------------------------------------------------
+class Serial:
+    """The plain map: each task runs in this process, one after the other, when its result is asked for.  The
+    task's settings enter this process's environment for its run only (a test's process keeps its own)."""
+
+    name = "serial"
+
+    def __init__(self, kits: dict, task: Callable = grade_task):
+        self.kits, self.task = kits, task
+        self.queue: list = []
+
+    def slots(self) -> int:
+        return 1
+
+    def submit(self, section: str, *args, key: str) -> str:
+        self.queue.append((key, section, args))
+        return key
+
+    def in_flight(self) -> int:
+        return len(self.queue)
+
+    def next(self):
+        """(key, result, None) or (key, None, the exception the task raised), for the next task."""
+        key, section, args = self.queue.pop(0)
+        saved = dict(os.environ)
+        try:
+            return key, self.task(self.kits[section], *args), None
+        except Exception as exc:  # noqa: BLE001 - the task's failure is its result
+            return key, None, exc
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    def kit_lost(self, section: str, exc: BaseException) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return "one after the other in this process"
+
+
+class OnDask:
+    """The same tasks on a Dask cluster: each section's kit sent once (:class:`instructor.kit.KitFutures`), every
+    submit ``pure=False``, results as they complete."""
+
+    name = "dask"
+
+    def __init__(self, client, kits: dict, task: Callable = grade_task):
+        from distributed import as_completed
+
+        from .kit import KitFutures
+
+        self.client, self.task = client, task
+        self.kit_futures = KitFutures(client, kits)
+        self.done = as_completed([])
+
+    def slots(self) -> int:
+        try:
+            return max(1, sum(self.client.nthreads().values()))
+        except Exception:  # noqa: BLE001
+            return 1
+
+    def submit(self, section: str, *args, key: str) -> str:
+        fut = self.client.submit(self.task, self.kit_futures.get(section), *args, pure=False,
+                                 key=f"{key}-{os.urandom(4).hex()}")
+        self.done.add(fut)
+        return fut.key
+
+    def in_flight(self) -> int:
+        return self.done.count()
+
+    def next(self):
+        fut = next(self.done)
+        try:
+            return fut.key, fut.result(), None
+        except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost scheduler, a broken task
+            return fut.key, None, exc
+        finally:
+            fut.release()
+
+    def kit_lost(self, section: str, exc: BaseException) -> bool:
+        return self.kit_futures.lost(section, exc)
+
+    def describe(self) -> str:
+        n = len(self.client.scheduler_info().get("workers", {}))
+        return f"on {n} Dask worker(s) ({self.client.scheduler.address.split(':')[0]}; no dashboard)"
+
+
+def failed_result(section: str, student: str, files: dict, kit_hash: str, exc: BaseException) -> dict:
+    """A task that raised instead of returning (its worker died, the scheduler was lost), as a result."""
+    name = type(exc).__name__
+    why = "grading failed: worker died" if name == "KilledWorker" else f"grading failed: {name}: {exc}"
+    return {"section": section, "student": student, "hash": tree_hash(files), "kit": kit_hash, "success": False,
+            "faults": [why], "files": {}, "gradebook": None, "log": ""}
+
+
+# -- one run ---------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ClassRun:
+    """One grading run: where its results go and how its tasks grade."""
+    root: Path
+    settings: TaskSettings
+    db_url: str
+    course_id: str
+    config: object               # the course's nbgrader_config.py (nbgrader's record step reads its settings)
+    log: Callable = print
+
+
+def quiet() -> bool:
+    """No progress bar under CI or when stderr is not a terminal."""
+    return bool(os.environ.get("CI")) or not sys.stderr.isatty()
+
+
+def grade_class(root: Path, sections: list, workers: int | None = None, scheduler: str | None = None,
+                force: bool = False, timeout: int | None = None, task_timeout: float = DEFAULT_TASK_TIMEOUT,
+                students=None, feedback: bool = False, extra_env: dict | None = None, log=print,
+                client=None, canary: bool = True, security=None, insecure: bool = False, serial: bool = False,
+                task: Callable = grade_task) -> dict:
+    """Grade every (new or changed) submission of ``sections``; return {section: report} (:mod:`instructor.outcome`).
+
+    ``serial``: the plain map in this process (:class:`Serial`); else Dask (``client``, or a cluster on
+    ``scheduler``, or a local one of ``workers`` processes: :func:`instructor.cluster.cluster`).  When anything is
+    to be graded, the canary (:mod:`instructor.canary`) goes first, on the same executor: where the solution does
+    not earn full marks or the blank release earns any, a CourseError and no grade written.  ``canary=False`` only
+    for tests that grade the same class again and again."""
+    root = Path(root)
+    t0 = time.time()
+    os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
+    db_url, course_id = ready(root, sections)
+    env, task_env = task_environment(extra_env)
+    if serial:
+        task_env.pop(DIE_ENV, None)   # (the test hook kills a Dask worker; here it would be the grader itself)
+    sandboxed, sandbox_line = sandbox_status(env)
+    if sandboxed is None:
+        raise CourseError(sandbox_line)
+    state = {} if force else load_state(root)
+    todo, kits, all_students, pre = [], {}, {}, {}
+    for section in sections:
+        names = submitted_students(root, section, students)
+        all_students[section] = names
+        if not names:
+            continue
+        pre[section] = prescan_class(root, section, names, release_notebook(root, section))   # before any kernel
+        kits[section] = make_kit(root, section)
+        due = duedate(db_url, course_id, section)
+        have = graded_students(db_url, course_id, section)
+        for s in names:
+            files = submission_files(root, s, section)
+            prev = state.get(section, {}).get(s)
+            if (prev and prev.get("hash") == tree_hash(files) and prev.get("kit") == kits[section]["hash"]
+                    and s in have):
+                continue
+            todo.append((section, s, files, due))
+    results: dict = {sec: {} for sec in sections}
+    run = ClassRun(root, TaskSettings(timeout, task_timeout, task_env, feedback), db_url, course_id,
+                   load_config(root), log)
+    if todo:
+        to_grade = sorted({item[0] for item in todo}, key=sections.index)
+        with executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade,
+                      task) as ex:
+            if canary:
+                canaries.check(ex, root, to_grade, run.settings, log)
+            run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results)
+    reports, elapsed = {}, round(time.time() - t0, 1)
+    for section in sections:
+        reports[section] = section_report(root, section, all_students[section], results[section], state,
+                                          db_url, course_id, sandboxed, sandbox_line, pre.get(section))
+        reports[section]["engine"] = "serial" if serial else "dask"
+        reports[section]["graded_now"] = sorted(results[section])
+        reports[section]["seconds"] = elapsed   # the whole run's, all sections together
+        reports[section]["run"] = {"sections": len(sections), "submissions": sum(len(all_students[x]) for x in sections)}
+    return reports
+
+
+@contextlib.contextmanager
+def executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade, task):
+    """The run's executor, its kits carrying their generated scratch course (made here once, while Dask workers warm
+    up: :func:`instructor.task.warm_up`)."""
+    if serial:
+        for section in to_grade:
+            kits[section] = with_template(kits[section])
+        yield Serial(kits, task)
+        return
+    from .cluster import check_private, cluster
+    from .workerplugin import imports_first
+
+    ctx = (contextlib.nullcontext(client) if client is not None
+           else cluster(workers, scheduler, log, security=security, insecure=insecure))
+    with ctx as cl:
+        check_private(cl)   # no folder the coordinator or a worker imports from is another account's to write
+        imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
+        warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"))
+        for section in to_grade:   # here, once, while the workers warm up
+            kits[section] = with_template(kits[section])
+        try:
+            yield OnDask(cl, kits, task)
+        finally:
+            for fut in warming:
+                fut.release()
+
+
+def warm_workers(client, settings: TaskSettings, config: bytes | None) -> list:
+    """:func:`instructor.task.warm_up` on every worker, not waited for (each worker's first task queues behind
+    it); the futures are kept until the run ends."""
+    from .task import warm_up
+
+    try:
+        workers = list(client.scheduler_info().get("workers", {}))
+    except Exception:  # noqa: BLE001
+        return []
+    return [client.submit(warm_up, settings, config, workers=[w], allow_other_workers=False, pure=False,
+                          key=f"warm-up-{os.urandom(4).hex()}") for w in workers]
+
+
+def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results):
+    """Submit the tasks (at most one per slot in flight), record each result as it arrives, keep the state.
+
+    At most one task per worker thread in flight: a worker that dies takes only its own task with it (tasks queued
+    on it would be counted as killed too), and a slow class never floods the scheduler.  A notebook the machine may
+    have kept from being graded (its worker died, its kernel died or did not start, the grader failed:
+    :func:`instructor.outcome.retry_alone`) waits until the others are done, then is graded again alone, so that a
+    notebook which takes the machine's memory or processes cannot cost its neighbours their grades."""
+    from tqdm import tqdm
+
+    root, log = run.root, run.log
+    log(f"grading {len(todo)} submission(s) {ex.describe()}")
+    args = {}
+
+    def submit(item):
+        section, student, files, due = item
+        key = ex.submit(section, student, files, due, run.settings, key=f"grade-{section}-{student}")
+        args[key] = item
+
+    pending, later, retried = list(todo), [], set()
+    alone = False
+
+    def fill():
+        slots = 1 if alone else ex.slots()
+        while pending and ex.in_flight() < slots:
+            submit(pending.pop(0))
+
+    fill()
+    failed = 0
+    bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=quiet(), file=sys.stderr, dynamic_ncols=True)
+    while True:
+        if not ex.in_flight():
+            if not later:
+                break
+            pending.extend(later)
+            later.clear()
+            alone = True
+            fill()
+            continue
+        key, result, exc = ex.next()
+        item = args.pop(key)
+        section, student, files, _ = item
+        if exc is not None:
+            if ex.kit_lost(section, exc):
+                submit(item)   # the kit's own task failed (not this submission's): send it again
+                continue
+            result = failed_result(section, student, files, kit_hashes[section], exc)
+        if (section, student) not in retried and retry_alone(result):
+            retried.add((section, student))
+            later.append(item)
+            fill()
+            continue
+        if (section, student) in retried and retry_alone(result):
+            verdict = alone_verdict(result)   # "not graded: …", or None: its kernel died alone, its own doing
+            if verdict:
+                result["faults"] = [f for f in result["faults"] if f != "grading failed: worker died"] + [verdict]
+        fill()
+        try:
+            record_result(root, run.db_url, run.course_id, result, run.config)
+        except Exception as exc:  # noqa: BLE001
+            result["faults"].append(f"could not write into the gradebook: {type(exc).__name__}: {exc}")
+        if not result.get("success") or result.get("faults"):
+            failed += 1
+        results[section][student] = result
+        came_back = ((result.get("gradebook") is not None or result.get("files"))
+                     and not any(f.startswith(NOT_GRADED) for f in result.get("faults", [])))
+        state.setdefault(section, {})[student] = {
+            # a submission nothing came back for (or not graded) is graded again next time, whatever the gradebook
+            "hash": result["hash"] if came_back else None, "kit": result["kit"],
+            "success": result.get("success", False), "faults": result.get("faults", []),
+            "reason": why_not_graded(result), "seconds": result.get("seconds"),
+            "graded_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        save_state(root, state)
+        if came_back and result.get("sandboxed") is not None:
+            record_sandbox(root, section, [student], result["sandboxed"], result.get("sandbox", ""))
+        bar.update(1)
+        bar.set_postfix(failed=failed)
+    bar.close()
+
+
+def grade_section(section: str, root: Path, timeout: int | None = None, students=None, log=print,
+                  extra_env: dict | None = None) -> dict:
+    """Every submission of ``section`` graded again by the serial executor, no canary (the tests' corpus batches);
+    its report printed by ``log``."""
+    from .outcome import format_report
+
+    if not submitted_students(root, section, students):   # nothing to grade: no course config needed
+        return {"section": section, "students": {}, "engine": "serial", "seconds": 0.0}
+    report = grade_class(root, [section], force=True, timeout=timeout, students=students, log=lambda *a: None,
+                         extra_env=extra_env, canary=False, serial=True)[section]
+    log(format_report(report, color=log is print and sys.stdout.isatty()))
+    return report
