@@ -45,6 +45,7 @@ def learner_notebook(root, section: str, cwd=None):
     """The notebook a self-check grades when none is named: the one beside the running kernel when that is a copy in
     work/ or notebooks/ (Jupyter starts a notebook's kernel in its folder), else the learner's copy in work/, else
     the generated one in notebooks/."""
+    import os
     from pathlib import Path
 
     root, name = Path(root).resolve(), f"{section}.ipynb"
