@@ -633,12 +633,20 @@ def bwrap_command(cmd, work=None, env=None, tmp_mb=DEFAULT_TMP_MB, seccomp_fd=No
             args += ["--setenv", k, v]
     binds = {}
     etc = os.path.realpath("/etc")
-    for p in _system_ro_paths() + [package_dir()] + [f for f in [forkserver_file()] if os.path.isfile(f)]:
+    for p in _system_ro_paths() + [package_dir()]:
         for src_dst in _seen_at(p):
             binds[src_dst] = ("--ro-bind", os.path.realpath(p))
     # parents before children, so that a later bind is not hidden by an earlier one
     for dst, (how, src) in sorted(binds.items(), key=lambda kv: (kv[0].count("/"), kv[0])):
         args += _etc_view(etc, fds) if dst == etc else [how, src, dst]
+    # judge/forkserver.py, the one file of the judge a kernel sees: a copy from a descriptor this process opened,
+    # at its own path (bwrap could not resolve it by path inside a course folder only its owner may enter: the
+    # hub's instructor, mode 0700)
+    side = forkserver_file()
+    for dst in _seen_at(side) if os.path.isfile(side) else []:
+        fd = os.open(side, os.O_RDONLY | os.O_CLOEXEC)   # one each: bwrap reads a --file's descriptor to its end
+        fds.append(fd)
+        args += ["--perms", "444", "--file", str(fd), dst]
     for p in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):  # /bin -> usr/bin (the ELF interpreter lives there)
         if os.path.islink(p):
             args += ["--symlink", os.readlink(p), p]

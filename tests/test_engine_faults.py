@@ -58,15 +58,15 @@ def _drive(way: str) -> dict:
 
 
 def test_a_flood_of_output_never_reaches_the_graders_memory():
-    """300 MiB written by a grading subprocess: the old capture held all of it in the grader (its peak memory grew
-    by more than that); the capped sink keeps the first and the last MiB, says how much it dropped, and the grader's
+    """300 MiB written by a grading subprocess: the old capture held all of it in the grader (one string of
+    300 MiB); the capped sink keeps the first and the last MiB, says how much it dropped, and the grader's
     peak memory grows by a small part of it."""
     from instructor.capture import HEAD, TAIL
 
     old = _drive("old")
-    # the old way held the whole flood (CI saw its peak grow by 295 MiB of the 300: the measure is the process's
-    # peak resident size, not an exact count of the bytes held)
-    assert old["rc"] == 0 and old["grew_mb"] >= FLOOD_MB * 3 / 4 and old["chars"] > FLOOD_MB << 20, old
+    # the old way held the whole flood: its text, all of it, was one string in the grader (its peak resident size
+    # is no exact count of that: CI saw it grow by 295, a loaded run by 165 MiB of the 300, so it is not asserted)
+    assert old["rc"] == 0 and old["chars"] > FLOOD_MB << 20 and old["first"] and old["last"], old
     new = _drive("capped")
     assert new["rc"] == 0 and new["first"] and new["last"] and new["dropped"], new
     assert new["chars"] <= HEAD + TAIL + 200, new

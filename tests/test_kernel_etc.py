@@ -104,11 +104,14 @@ def test_the_mask_of_before_failed_on_a_file_gone_between_walk_and_start():
     os.close(fd)
     try:
         cmd = sandbox.bwrap_command([sys.executable, "-S", "-c", "print('done')"], env=sandbox.kernel_env({}, "/tmp"))
-        old = _old_masks(cmd)
+        # a command of its own (each reads its descriptors: judge/forkserver.py is copied in from one)
+        made = sandbox.bwrap_command([sys.executable, "-S", "-c", "print('done')"], env=sandbox.kernel_env({}, "/tmp"))
+        old = sandbox.Command(_old_masks(made), made.fds)
         assert LOCK in old and "--file" in cmd
     finally:
         os.unlink(LOCK)
     before, now = _start(old), _start(cmd)
     cmd.close()
+    old.close()
     assert before.returncode != 0 and "Can't create file at" in before.stderr, before
     assert now.returncode == 0 and now.stdout.strip() == "done", now.stderr

@@ -50,7 +50,10 @@ def _run(code: str, *, old: bool = False) -> dict:
             del cmd[i:i + n]
         i = len(cmd) - 1 - cmd[::-1].index("--remount-ro")
         del cmd[i:i + 2]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        try:   # (judge/forkserver.py is copied in from a descriptor: pass it)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, pass_fds=cmd.fds)
+        finally:
+            cmd.close()
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 

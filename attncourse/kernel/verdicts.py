@@ -21,6 +21,16 @@ import weakref
 VERDICTS_ARG = "--verdicts"   # judge.selfcheck's flag for this line protocol
 
 
+def judge_home(root) -> str | None:
+    """The folder holding the course's ``judge/``: ``root`` when it does, else the checkout this package lives in
+    (an editable install), else None (a student's installed wheel: no judge)."""
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for folder in (str(root), here):
+        if os.path.isfile(os.path.join(folder, "judge", "selfcheck.py")):
+            return folder
+    return None
+
+
 class JudgeUnavailable(RuntimeError):
     """The course's judge could not be started or stopped answering: the line says why."""
 
@@ -38,6 +48,13 @@ class VerdictProcess:
     def _start(self):
         self._err = tempfile.TemporaryFile()
         env = dict(os.environ, PYTHONWARNINGS="ignore")
+        home = judge_home(self.root)
+        if home is None:
+            raise JudgeUnavailable(f"no course judge beside {self.root} or this package (judge/selfcheck.py): "
+                                   "checks need the course checkout")
+        # the judge is the checkout's top-level package: found from ``root`` (a course copy holding it) or the
+        # checkout this package is installed from (a course copy without it: the gates' scratch courses)
+        env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "judge.selfcheck", VERDICTS_ARG, self.section], cwd=self.root, env=env,
