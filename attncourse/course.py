@@ -2,6 +2,7 @@
 judge's: :mod:`judge.environment`)."""
 from __future__ import annotations
 
+import os
 
 SECTIONS = [
     "01_tokens",
@@ -45,7 +46,6 @@ def learner_notebook(root, section: str, cwd=None):
     """The notebook a self-check grades when none is named: the one beside the running kernel when that is a copy in
     work/ or notebooks/ (Jupyter starts a notebook's kernel in its folder), else the learner's copy in work/, else
     the generated one in notebooks/."""
-    import os
     from pathlib import Path
 
     root, name = Path(root).resolve(), f"{section}.ipynb"
@@ -64,4 +64,14 @@ def missing_requirement(section: str) -> str | None:
     if module and importlib.util.find_spec(module) is None:
         return (f"{section} needs the package {module}, which is not installed here (requirements.txt installs it "
                 "on Linux only: it has no wheels for macOS or Windows)")
+    return None
+
+
+def judge_home(root) -> str | None:
+    """The folder holding the course's ``judge/``: ``root`` when it does, else the checkout this package lives in
+    (an editable install), else None (a student's installed wheel: no judge)."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in (str(root), here):
+        if os.path.isfile(os.path.join(folder, "judge", "selfcheck.py")):
+            return folder
     return None

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .course import learner_notebook, resolve_section
+from .course import judge_home, learner_notebook, resolve_section
 
 RUNNING_ENV = "ATTNCOURSE_SELFCHECK_RUNNING"
 VISIBLE = "visible checks (not scored)"
@@ -211,7 +211,11 @@ def judge_check(root: Path, section: str, notebook=None, timeout: int | None = N
         cmd = [sys.executable, "-m", "judge.selfcheck", section, *notebook, "--result", str(out),
                *(["--timeout", str(timeout)] if timeout else [])]
         t0 = time.time()
-        with subprocess.Popen(cmd, cwd=root, stdout=subprocess.PIPE, stderr=err, text=True) as proc:
+        home = judge_home(root)   # the checkout's judge: in root, or where this package is installed from
+        env = dict(os.environ)
+        if home:
+            env["PYTHONPATH"] = os.pathsep.join([home] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        with subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=err, text=True) as proc:
             for line in proc.stdout:
                 print(line, end="", flush=True)
         if out.is_file():

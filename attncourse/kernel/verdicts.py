@@ -18,17 +18,9 @@ import sys
 import tempfile
 import weakref
 
+from ..course import judge_home
+
 VERDICTS_ARG = "--verdicts"   # judge.selfcheck's flag for this line protocol
-
-
-def judge_home(root) -> str | None:
-    """The folder holding the course's ``judge/``: ``root`` when it does, else the checkout this package lives in
-    (an editable install), else None (a student's installed wheel: no judge)."""
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for folder in (str(root), here):
-        if os.path.isfile(os.path.join(folder, "judge", "selfcheck.py")):
-            return folder
-    return None
 
 
 class JudgeUnavailable(RuntimeError):
