@@ -126,6 +126,9 @@ def why_not() -> str | None:
     if broken:
         return f"configurable-http-proxy cannot run here ({_proxy_needs()}): {broken[0][:200]}"
     venv = Path(sys.prefix)
+    reason = _why_not_venv(venv)
+    if reason:
+        return reason
     for p in [venv, *venv.parents]:
         mode = p.stat().st_mode
         if not mode & stat.S_IXOTH or (p == venv and not mode & stat.S_IROTH):
@@ -687,6 +690,17 @@ def _proc_options() -> str:
         if mnt == "/proc" and fstype == "proc":
             return opts
     return ""
+
+
+def _why_not_venv(venv: Path) -> str | None:
+    """None where every user's server can run the course's Python ``venv``; else why not (one line): a student's
+    server has a /tmp and /var/tmp of its own (on their disk), so a course cloned there is hidden from it."""
+    real = Path(os.path.realpath(venv))
+    for tmp in (Path("/tmp"), Path("/var/tmp")):
+        if real == tmp or tmp in real.parents:
+            return (f"the course's Python {venv} is under {tmp}, and every student's server has a {tmp} of its own: "
+                    "they could not run it. Clone the course elsewhere for the hub (e.g. /srv or /opt)")
+    return None
 
 
 def _why_not_dir(hubdir: Path) -> str | None:

@@ -46,3 +46,17 @@ def test_a_roster_that_cannot_make_accounts_is_refused_in_one_line(tmp_path, tex
     roster.write_text(text, encoding="utf-8")
     with pytest.raises(HubError, match=why):
         read_roster(roster)
+
+
+def test_a_course_python_under_tmp_is_refused_for_the_hub_in_one_line():
+    """A student's server has a /tmp and /var/tmp of its own (on their disk): a course cloned under /tmp had every
+    student's server fail ("No module named 'jupyterhub'": the course's venv hidden). ./course hub says so before
+    it starts; the same venv path elsewhere is accepted."""
+    from pathlib import Path
+
+    from deploy.hub import _why_not_venv
+
+    for under in ("/tmp/fresh/.venv", "/var/tmp/course/.venv"):
+        why = _why_not_venv(Path(under))
+        assert why and "of its own" in why and "\n" not in why, why
+    assert _why_not_venv(Path("/srv/course/.venv")) is None and _why_not_venv(Path("/opt/tmpcourse/.venv")) is None
