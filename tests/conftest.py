@@ -104,6 +104,16 @@ def pytest_collection_modifyitems(config, items):
     _loadgroup(config, items)
 
 
+def _matplotlib_fonts_found():
+    """matplotlib's first use by an account lists the system's fonts with ``fc-list`` (a process) and caches them
+    in ~/.cache/matplotlib: done here, outside the guard, so a unit test that draws runs the same for a new user
+    (a fresh account's unit tier failed four tests on it)."""
+    try:
+        import matplotlib.font_manager  # noqa: F401  (builds the cache once per account)
+    except ImportError:
+        pass
+
+
 class _NoProcesses:
     """While a unit test runs: starting a process raises (the test belongs to another tier)."""
 
@@ -119,6 +129,8 @@ class _NoProcesses:
     def __enter__(self):
         import multiprocessing.util
         import subprocess
+
+        _matplotlib_fonts_found()
 
         for owner, name in ((subprocess.Popen, "_execute_child"), (os, "fork"), (os, "system"), (os, "posix_spawn"),
                             (os, "posix_spawnp"), (multiprocessing.util, "spawnv_passfds")):
