@@ -138,17 +138,6 @@ def run_mode(root: Path, mode: str, sections: list) -> dict:
             "stderr_tail": p.stderr[-600:] if p.returncode else ""}
 
 
-def scores(root: Path, sections) -> dict:
-    from nbgrader.api import Gradebook
-
-    out = {}
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        for s in sections:
-            for sub in gb.find_assignment(s).submissions:
-                out[f"{s}/{sub.student.id}"] = {g.name: g.auto_score for nb in sub.notebooks for g in nb.grades}
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", nargs="+", default=["02"])
@@ -157,7 +146,7 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
-    from bench.grading_bench import build_class, machine_parallelism
+    from bench.grading_bench import _cells as scores, build_class, machine_parallelism   # scores: every cell's auto score
     from instructor.config import resolve_sections
 
     libc = ctypes.CDLL(None, use_errno=True)
