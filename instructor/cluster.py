@@ -70,7 +70,7 @@ def local_cluster(n: int):
                               "distributed.worker.daemon": False,       # kernels are child processes of the worker
                               "distributed.admin.tick.limit": "1h",
                               "distributed.worker.multiprocessing-method": "forkserver",
-                              **private_config(folder)}):
+                              **QUIET_CONFIG, **private_config(folder)}):
             worker_preload()
             lc = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
                               security=Security.temporary(), protocol="tls://", host="127.0.0.1",
@@ -82,6 +82,17 @@ def local_cluster(n: int):
                 lc.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+# What a local cluster of a few processes, one task each at a time, with no dashboard, need not spend CPU on: each
+# worker's statistical profiler (a stack walk of the running task every 10 ms), the system monitor's GIL sampling
+# (every 1 ms) and its 0.5 s host samples, the event loop's 20 ms ticks, and work stealing (the engine keeps one task
+# per worker thread in flight: there is nothing to steal).
+QUIET_CONFIG = {"distributed.worker.profile.enabled": False,
+                "distributed.admin.system-monitor.gil.enabled": False,
+                "distributed.admin.system-monitor.interval": "5s",
+                "distributed.admin.tick.interval": "1s",
+                "distributed.scheduler.work-stealing": False}
 
 
 WORKER_PRELOAD = ("nbgrader.apps", "nbgrader.preprocessors", "judge.preprocessors", "instructor.task", "torch")

@@ -29,7 +29,8 @@ from typing import Callable
 
 from judge.environment import with_python_bin
 from judge.sandbox import sandbox_status
-from judge.scratch import tree_hash
+from judge.scratch import keep_engines, tree_hash
+from judge.zygote import SHARED_ENV
 
 from . import canary as canaries
 from .config import CourseError, load_config, ready, release_notebook, submitted_students
@@ -87,14 +88,17 @@ class OnDask:
 
     name = "dask"
 
-    def __init__(self, client, kits: dict, task: Callable = grade_task):
+    def __init__(self, client, kits: dict, task: Callable = grade_task, build: Callable | None = None):
+        """``build``: the task that makes a section's kit on a worker (default: with its generated scratch course,
+        :func:`instructor.kit.kit_with_template`, what :func:`instructor.task.grade_task` needs)."""
         from distributed import as_completed
 
-        from .kit import KitFutures
+        from .kit import KitFutures, kit_with_template
 
         self.client, self.task = client, task
-        self.kit_futures = KitFutures(client, kits)
+        self.kit_futures = KitFutures(client, kits, build=build or kit_with_template)
         self.done = as_completed([])
+        self.placed: dict = {}   # task key -> the worker it was sent to
 
     def slots(self) -> int:
         try:
@@ -102,9 +106,29 @@ class OnDask:
         except Exception:  # noqa: BLE001
             return 1
 
+    def free_worker(self) -> str | None:
+        """The worker with the most threads this run has not given a task, or None when none has one free.
+
+        Each task is placed by the engine, not by the scheduler: Dask sends a task where its inputs are, and the
+        kit (with its scratch course) is on the worker that made it, so every task went there, one at a time,
+        while the other workers waited."""
+        try:
+            threads = self.client.nthreads()   # {worker: its threads}, asked of the scheduler now
+        except Exception:  # noqa: BLE001
+            return None
+        busy: dict = {}
+        for addr in self.placed.values():
+            busy[addr] = busy.get(addr, 0) + 1
+        free = sorted(((n - busy.get(addr, 0), addr) for addr, n in threads.items()), reverse=True)
+        return free[0][1] if free and free[0][0] > 0 else None
+
     def submit(self, section: str, *args, key: str) -> str:
+        worker = self.free_worker()
+        where = {"workers": [worker], "allow_other_workers": True} if worker else {}   # (it may die meanwhile)
         fut = self.client.submit(self.task, self.kit_futures.get(section), *args, pure=False,
-                                 key=f"{key}-{os.urandom(4).hex()}")
+                                 key=f"{key}-{os.urandom(4).hex()}", **where)
+        if worker:
+            self.placed[fut.key] = worker
         self.done.add(fut)
         return fut.key
 
@@ -113,6 +137,7 @@ class OnDask:
 
     def next(self):
         fut = next(self.done)
+        self.placed.pop(fut.key, None)
         try:
             return fut.key, fut.result(), None
         except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost scheduler, a broken task
@@ -169,6 +194,7 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     t0 = time.time()
     os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
     db_url, course_id = ready(root, sections)
+    keep_engines(db_url)   # the one writer's three Gradebooks a notebook share one engine (judge.scratch)
     env, task_env = task_environment(extra_env)
     if serial:
         task_env.pop(DIE_ENV, None)   # (the test hook kills a Dask worker; here it would be the grader itself)
@@ -199,7 +225,7 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     if todo:
         to_grade = sorted({item[0] for item in todo}, key=sections.index)
         with executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade,
-                      task) as ex:
+                      task) as (ex, run):
             if canary:
                 canaries.check(ex, root, to_grade, run.settings, log)
             run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results)
@@ -216,41 +242,91 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
 
 @contextlib.contextmanager
 def executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade, task):
-    """The run's executor, its kits carrying their generated scratch course (made here once, while Dask workers warm
-    up: :func:`instructor.task.warm_up`)."""
-    if serial:
-        for section in to_grade:
-            kits[section] = with_template(kits[section])
-        yield Serial(kits, task)
-        return
-    from .cluster import check_private, cluster
-    from .workerplugin import imports_first
+    """(the run's executor, the run as its tasks get it), once everything a task needs is ready.
 
-    ctx = (contextlib.nullcontext(client) if client is not None
-           else cluster(workers, scheduler, log, security=security, insecure=insecure))
-    with ctx as cl:
-        check_private(cl)   # no folder the coordinator or a worker imports from is another account's to write
-        imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
-        warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"))
-        for section in to_grade:   # here, once, while the workers warm up
-            kits[section] = with_template(kits[section])
-        try:
-            yield OnDask(cl, kits, task)
-        finally:
-            for fut in warming:
-                fut.release()
+    The run's fork server (:func:`instructor.task.run_fork_server`: its own imports, in its sandbox) starts first,
+    in a thread of this process, side by side with the rest:
+
+    * ``--serial``: the kits' generated scratch courses (:func:`instructor.kit.with_template`), made here, once; the
+      tasks' kernels come from the run's fork server.
+    * Dask: the cluster (its workers' imports, in processes of their own).  A local cluster's workers are handed the
+      run's fork server in the run's settings (:data:`judge.zygote.SHARED_ENV`): one server for the run, not one per
+      worker.  Each section's kit, with its generated scratch course, is made by a task on one worker
+      (:func:`instructor.kit.kit_with_template`) and sent to the others, so this process never imports torch.  A
+      cluster given by address (or a client) has workers elsewhere: each starts its own fork server
+      (:func:`warm_workers`).
+
+    (Nothing else runs in that thread: nbgrader's generate_assignment changes this process's working folder while
+    it runs, and a process started meanwhile, a Dask worker, would start in a folder about to be deleted.)"""
+    import dataclasses
+    from concurrent.futures import ThreadPoolExecutor
+
+    import judge.kernels  # noqa: F401 - imported here, before the thread below imports what it imports
+
+    from .cluster import SCHEDULER_ENV
+    from .task import run_fork_server
+
+    local = serial or (client is None and not (scheduler or os.environ.get(SCHEDULER_ENV)))
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attncourse-run-fork-server")
+    server = pool.submit(run_fork_server, run.settings, run.config) if local else None
+    try:
+        if serial:
+            for section in to_grade:
+                kits[section] = with_template(kits[section])
+            server.result()
+            yield Serial(kits, task), run
+            return
+        from .cluster import check_private, cluster
+        from .workerplugin import imports_first
+
+        ctx = (contextlib.nullcontext(client) if client is not None
+               else cluster(workers, scheduler, log, security=security, insecure=insecure))
+        with ctx as cl:
+            check_private(cl)   # no folder the coordinator or a worker imports from is another account's to write
+            imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
+            ex = OnDask(cl, kits, task)
+            made = [ex.kit_futures.get(section) for section in to_grade]   # each section's scratch course, once
+            warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"),
+                                   own_server=not local)
+            kits_ready(made)
+            zyg = server.result() if server is not None else None
+            if zyg is not None:
+                settings = run.settings
+                run = dataclasses.replace(run, settings=dataclasses.replace(
+                    settings, env={**settings.env, SHARED_ENV: zyg.spec()}))
+            try:
+                yield ex, run
+            finally:
+                for fut in warming:
+                    fut.release()
+    finally:
+        pool.shutdown(wait=True)
 
 
-def warm_workers(client, settings: TaskSettings, config: bytes | None) -> list:
-    """:func:`instructor.task.warm_up` on every worker, not waited for (each worker's first task queues behind
-    it); the futures are kept until the run ends."""
+def kits_ready(futures: list):
+    """Wait for the kits' tasks (:func:`instructor.kit.kit_with_template`); a kit that could not be made is the run's
+    failure, said in one line (a CourseError), as ``--serial`` says it."""
+    from distributed import wait
+
+    from .config import CourseError
+
+    wait(futures)
+    for fut in futures:
+        if fut.status == "error":
+            exc = fut.exception()
+            raise CourseError(str(exc) if isinstance(exc, CourseError) else f"{type(exc).__name__}: {exc}")
+
+
+def warm_workers(client, settings: TaskSettings, config: bytes | None, own_server: bool = True) -> list:
+    """:func:`instructor.task.warm_up` on every worker (``own_server``: each starts its own fork server), not waited
+    for (each worker's first task queues behind it); the futures are kept until the run ends."""
     from .task import warm_up
 
     try:
         workers = list(client.scheduler_info().get("workers", {}))
     except Exception:  # noqa: BLE001
         return []
-    return [client.submit(warm_up, settings, config, workers=[w], allow_other_workers=False, pure=False,
+    return [client.submit(warm_up, settings, config, own_server, workers=[w], allow_other_workers=False, pure=False,
                           key=f"warm-up-{os.urandom(4).hex()}") for w in workers]
 
 

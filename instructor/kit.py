@@ -47,6 +47,12 @@ def kit_result(kit: dict) -> dict:
     return kit
 
 
+def kit_with_template(kit: dict) -> dict:
+    """The kit with its generated scratch course (:func:`with_template`), made on the worker this task runs on: on
+    Dask, once a run and section, then sent to the workers that grade it (:class:`KitFutures`)."""
+    return kit if kit.get("template") else with_template(kit)
+
+
 class KitFutures:
     """Each section's kit on the cluster, sent once, that survives the death of the workers holding it.
 
@@ -57,13 +63,14 @@ class KitFutures:
     (``kit_result``) whose spec holds the bytes: the scheduler keeps the spec and computes the kit
     again wherever it is lost.  If that tiny task itself was running on a worker that died
     (it then fails with KilledWorker, with allowed-failures 0), :meth:`lost` says so and the
-    kit is sent again, at most ``tries`` times per section.
+    kit is sent again, at most ``tries`` times per section.  ``build``: the task that makes the kit there
+    (:func:`kit_with_template` for a grading run: its scratch course generated once, on one worker).
     """
 
     GONE = ("error", "cancelled")   # the kit must be sent again ("lost": the scheduler recomputes it itself)
 
-    def __init__(self, client, kits: dict, tries: int = 5):
-        self.client, self.kits, self.tries = client, kits, tries
+    def __init__(self, client, kits: dict, tries: int = 5, build=kit_result):
+        self.client, self.kits, self.tries, self.build = client, kits, tries, build
         self.futures: dict = {}
         self.sent: dict = {}
 
@@ -71,7 +78,7 @@ class KitFutures:
         fut = self.futures.get(section)
         if fut is None or fut.status in self.GONE:
             self.sent[section] = self.sent.get(section, 0) + 1
-            fut = self.client.submit(kit_result, self.kits[section], pure=False,
+            fut = self.client.submit(self.build, self.kits[section], pure=False,
                                      key=f"kit-{section}-{os.urandom(4).hex()}")
             self.futures[section] = fut
         return fut

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from judge.environment import GRADING_KEEP as KEEP_ENV, grading_env, with_python_bin
 from judge.files import read_tree
-from judge.sandbox import sandbox_status
+from judge.sandbox import KERNEL_THREADS, sandbox_status
 from judge.scratch import keep_engines, memory_folder, new_gradebook, tree_hash, write_course
 
 from .capture import CappedSink
@@ -93,9 +93,9 @@ def task_folder() -> Path:
 def template(kit: dict) -> dict:
     """The kit's generated scratch course, as files in this worker's memory.
 
-    The coordinator generates it once per run and sends it inside the kit (``kit["template"]``,
-    :func:`instructor.kit.with_template`); a kit without it (a test, an older coordinator) is generated here once
-    per kit and worker process.  Nothing on disk is reused between tasks: each task writes fresh copies from
+    A run generates it once per section and sends it inside the kit (``kit["template"]``,
+    :func:`instructor.kit.with_template`: the grader's process with ``--serial``, the kit's own task on one Dask
+    worker otherwise); a kit without it (a test) is generated here once per kit and process.  Nothing on disk is reused between tasks: each task writes fresh copies from
     memory, so nothing a kernel could reach (an unsandboxed one can reach this account's files) can change how a
     later submission is judged.
     """
@@ -104,10 +104,11 @@ def template(kit: dict) -> dict:
     with _LOCK:
         hit = _TEMPLATES.get(kit["hash"])
         if hit is not None:
-            return hit
+            return hit[1]
         files = generate_template(kit)
-        _TEMPLATES.clear()     # one kit per section at a time is plenty
-        _TEMPLATES[kit["hash"]] = files
+        for key in [k for k, v in _TEMPLATES.items() if v[0] == kit["section"]]:
+            del _TEMPLATES[key]   # one kit per section at a time is plenty
+        _TEMPLATES[kit["hash"]] = (kit["section"], files)
         return files
 
 
@@ -182,36 +183,76 @@ def dies_here(env: dict, student: str) -> bool:
     return False
 
 
+# Threads of the kernels' maths libraries: what the grading run says (its own environment, task_environment; else
+# one, judge.sandbox.KERNEL_THREADS), never what the process a task runs in happens to have (a Dask nanny sets all
+# three to 1 in its workers): the same kernels, in the same environment, on either executor.
+THREAD_ENV = KERNEL_THREADS
+
+
+def settings_environ(settings: TaskSettings, base) -> dict:
+    """``base`` (an environment) with this run's settings in it, as a task's process has it."""
+    env = {k: v for k, v in base.items() if k not in KEEP_ENV and k not in THREAD_ENV}
+    env.update({k: v for k, v in (settings.env or {}).items() if k != DIE_ENV})
+    env["PATH"] = with_python_bin(env.get("PATH", ""))
+    return env
+
+
 def apply_settings(settings: TaskSettings):
     """This run's settings in the worker's environment (not those of an earlier run on the same worker)."""
-    for k in KEEP_ENV:
-        os.environ.pop(k, None)
-    os.environ.update({k: v for k, v in (settings.env or {}).items() if k != DIE_ENV})
-    os.environ["PATH"] = with_python_bin()
+    env = settings_environ(settings, os.environ)
+    for k in set(os.environ) - set(env):
+        del os.environ[k]
+    os.environ.update(env)
 
 
-def warm_up(settings: TaskSettings, config: bytes | None = None) -> float:
-    """A worker's start, sent to every worker as a run begins (while the coordinator generates the kits'
-    templates): nbgrader's and the judge's imports, and the fork server of this run's kernels
-    (:func:`judge.kernels.fork_server`), so that its first notebook pays for neither.  ``config`` is the kit's
+def kernels_environ(settings: TaskSettings, base=None) -> dict:
+    """The environment a task's kernels are started in: ``base`` (default: this process's) with the run's settings,
+    and nbgrader's own mark of an autograde (set by its ``Autograde`` around its kernels)."""
+    return {**settings_environ(settings, os.environ if base is None else base), "NBGRADER_EXECUTION": "autograde"}
+
+
+def run_fork_server(settings: TaskSettings, config=None):
+    """The grading run's fork server (:func:`judge.kernels.fork_server`), started and probed here for the kernels
+    its tasks will start (their environment, :func:`kernels_environ`; their limits, the course's ``config`` or the
+    environment's): in this process, its tasks' kernels come from it (:class:`instructor.engine.Serial`); the Dask
+    workers of a local cluster are handed it (:data:`judge.zygote.SHARED_ENV` in the settings) rather than each
+    starting one.  None where kernels are not sandboxed or the server does not hold (each then does as before)."""
+    import sys
+
+    from judge.kernels import configured_limits, fork_server
+
+    env = kernels_environ(settings)
+    try:
+        return fork_server(limits=configured_limits(config, env), environ=env)
+    except Exception as exc:  # noqa: BLE001 - (judge.zygote says why for what it expects: this is anything else)
+        print(f"attncourse: the run's fork server did not start ({type(exc).__name__}: {exc}); each grading "
+              "process starts its own at its first kernel", file=sys.stderr)
+        return None
+
+
+def warm_up(settings: TaskSettings, config: bytes | None = None, own_server: bool = True) -> float:
+    """A worker's start, sent to every worker as a run begins: nbgrader's and the judge's imports and, with
+    ``own_server``, the fork server of this run's kernels (:func:`judge.kernels.fork_server`; a local cluster's
+    workers are handed the run's own instead, :func:`run_fork_server`), so that its first notebook pays for neither.  ``config`` is the kit's
     nbgrader_config.py, loaded as a task loads it (it sets the kernels' environment), and the environment is the
     one nbgrader's autograde starts its kernels in: the first task then finds this fork server.  Returns its
     seconds."""
     t0 = time.time()
     apply_settings(settings)
-    from nbgrader import utils
     import judge.preprocessors  # noqa: F401
-    from judge.kernels import fork_server
+    from judge.kernels import configured_limits, fork_server
 
+    cfg = None
     if config is not None:
         folder = Path(tempfile.mkdtemp(prefix="attncourse-warm-"))
         try:
             (folder / "nbgrader_config.py").write_bytes(config)
-            load_config(folder)
+            cfg = load_config(folder)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    with utils.setenv(NBGRADER_EXECUTION="autograde"):   # as nbgrader's Autograde sets it around its kernels
-        fork_server()
+    if own_server:
+        env = kernels_environ(settings)   # as nbgrader's Autograde starts its kernels
+        fork_server(limits=configured_limits(cfg, env), environ=env)
     return round(time.time() - t0, 2)
 
 
@@ -287,7 +328,7 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
 def task_environment(extra_env: dict | None = None) -> tuple[dict, dict]:
     """(the grading environment, the part of it a task sets on its worker)."""
     env = grading_env(keep=KEEP_ENV, extra=extra_env)
-    task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in (
+    task_env = {k: v for k, v in env.items() if k.startswith("ATTNCOURSE_") or k in THREAD_ENV or k in (
         "PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
         "OMP_WAIT_POLICY")}
     if extra_env and DIE_ENV in extra_env:

@@ -17,7 +17,7 @@ from traitlets import Integer, default
 
 from . import sandbox, zygote
 from .sandbox import (DEFAULT_MEM_MB, DEFAULT_TASKS, DEFAULT_TMP_MB, IPC_ENV, MEM_ENV, REFUSED, TASKS_ENV, TMP_ENV,
-                      _int_env, sandbox_status)
+                      sandbox_status)
 
 
 class GradingKernelClient(AsyncKernelClient):
@@ -54,24 +54,45 @@ class GradingKernelClient(AsyncKernelClient):
     wait_for_ready = _async_wait_for_ready
 
 
-def env_limits() -> dict:
-    """A kernel's limits as this process's environment sets them (``ATTNCOURSE_KERNEL_*``), else the defaults: the
-    defaults of :class:`SandboxedKernelManager`'s settings."""
-    return {"mem_mb": _int_env(MEM_ENV, DEFAULT_MEM_MB), "tmp_mb": _int_env(TMP_ENV, DEFAULT_TMP_MB),
-            "tasks": _int_env(TASKS_ENV, DEFAULT_TASKS)}
+def env_limits(environ=None) -> dict:
+    """A kernel's limits as this process's environment (or ``environ``) sets them (``ATTNCOURSE_KERNEL_*``), else
+    the defaults: the defaults of :class:`SandboxedKernelManager`'s settings."""
+    environ = os.environ if environ is None else environ
+
+    def read(name, default):
+        try:
+            return int(environ.get(name, default) or 0)
+        except ValueError:
+            return default
+
+    return {"mem_mb": read(MEM_ENV, DEFAULT_MEM_MB), "tmp_mb": read(TMP_ENV, DEFAULT_TMP_MB),
+            "tasks": read(TASKS_ENV, DEFAULT_TASKS)}
 
 
-def fork_server(sandboxed: bool | None = None, limits: dict | None = None):
+def configured_limits(config=None, environ=None) -> dict:
+    """A grading kernel's limits as its kernel manager will have them: ``c.SandboxedKernelManager.*`` of ``config``
+    (the course's nbgrader_config.py) where set, else :func:`env_limits` of ``environ``."""
+    limits = env_limits(environ)
+    if config is not None and "SandboxedKernelManager" in config:
+        for name, value in config.SandboxedKernelManager.items():
+            if name in limits:
+                limits[name] = int(value)
+    return limits
+
+
+def fork_server(sandboxed: bool | None = None, limits: dict | None = None, environ=None):
     """The fork server this process's next sandboxed kernel comes from (:func:`judge.zygote.get`: started now if
-    it is not yet, and probed with a real grading kernel), for this process's environment and ``limits`` (a
-    kernel manager's; default :func:`env_limits`); None where kernels are not sandboxed or the server does not
-    hold.  A Dask worker calls it as a run starts, to have its server ready before the first notebook."""
+    it is not yet, and probed with a real grading kernel), for this process's environment (or ``environ``, the one
+    its kernels will be started in) and ``limits`` (a kernel manager's; default :func:`env_limits`); None where
+    kernels are not sandboxed or the server does not hold.  A grading run calls it as it starts, to have its server
+    ready before the first notebook (:func:`instructor.task.run_fork_server`)."""
+    environ = os.environ if environ is None else environ
     if sandboxed is None:
-        sandboxed = sandbox_status()[0]
+        sandboxed = sandbox_status(environ)[0]
     if not sandboxed:
         return None
-    limits = limits or env_limits()
-    return zygote.get(sandbox.kernel_env(os.environ, "/tmp"), limits["tmp_mb"], limits["mem_mb"], limits["tasks"],
+    limits = limits or env_limits(environ)
+    return zygote.get(sandbox.kernel_env(environ, "/tmp"), limits["tmp_mb"], limits["mem_mb"], limits["tasks"],
                       kernel_check=lambda zyg: kernel_starts(zyg, limits=limits))
 
 

@@ -95,11 +95,18 @@ KERNEL_ENV_ALLOW = (
     "NBGRADER_EXECUTION", "NBGRADER_VALIDATING", "PYDEVD_DISABLE_FILE_VALIDATION",
 )
 KERNEL_PATH = "/usr/local/bin:/usr/bin:/bin"
+# A grading kernel's maths libraries run one thread each, unless the grading environment sets these: a class is
+# graded side by side (Dask workers, one kernel each), and a graded cell's tensors are small (training runs are
+# demonstrations, not run when grading).  Set here, for every kernel of every path (the fork server's, a fresh
+# sandbox's, serial or Dask): a Dask nanny's own setting of them never reaches a kernel (instructor.task).
+KERNEL_THREADS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 def kernel_env(environ, home: str) -> dict:
     """The kernel's whole environment: the allow-listed variables of ``environ`` and a fixed PATH/HOME/TMPDIR."""
     env = {k: environ[k] for k in KERNEL_ENV_ALLOW if k in environ}
+    for k in KERNEL_THREADS:   # one thread each, unless the grading environment says how many
+        env.setdefault(k, "1")
     env.update({"PATH": KERNEL_PATH, "HOME": home, "TMPDIR": home if home != "/tmp" else "/tmp",
                 "MPLCONFIGDIR": os.path.join(home, ".mpl"), "PYTHONNOUSERSITE": "1",
                 "PYTHONDONTWRITEBYTECODE": "1"})

@@ -101,25 +101,26 @@ def memory_folder(min_free_mb: int = 512) -> str | None:
 
 
 class ScratchEngines:
-    """One SQLAlchemy engine per scratch gradebook URL, kept for the life of this process.
+    """One SQLAlchemy engine per gradebook URL under the kept prefixes, kept for the life of this process.
 
     nbgrader opens its ``Gradebook`` six times for one autograded notebook, and each ``Gradebook`` makes a new
     engine: SQLAlchemy then compiles every statement anew (its statement cache belongs to the engine) — 0.16 s
     of a notebook's grading on the 2-core machine.  A Dask worker grades every submission in a scratch course
     at one folder of its own (:func:`task_folder`), so the gradebook's URL repeats from task to task and its
-    engine, with its compiled statements, can be kept.  Only URLs under ``prefix`` are kept; every other one
-    (the course's own gradebook, PostgreSQL) gets a new engine, as nbgrader made it.  ``Gradebook.close()``
-    still disposes of the engine's connections: none outlives a task, and the next task's file (same path, new
-    file) is opened afresh."""
+    engine, with its compiled statements, can be kept; the grading run's one writer records every result into the
+    course's gradebook, three ``Gradebook``s a notebook (:func:`instructor.gradebook.record_result`).  Only URLs
+    under a kept prefix are kept; every other one gets a new engine, as nbgrader made it.  ``Gradebook.close()``
+    still disposes of the engine's connections: none outlives a task or a record, and the next task's file (same
+    path, new file) is opened afresh."""
 
     def __init__(self, prefix: str):
         from sqlalchemy import create_engine
 
-        self.prefix, self._create, self._engines = prefix, create_engine, {}
+        self.prefixes, self._create, self._engines = (prefix,), create_engine, {}
 
     def __call__(self, url, *args, **kwargs):
         key = (str(url), repr(args), repr(sorted(kwargs.items())))
-        if not str(url).startswith(self.prefix):
+        if not str(url).startswith(self.prefixes):
             return self._create(url, *args, **kwargs)
         engine = self._engines.get(key)
         if engine is None:
@@ -128,12 +129,14 @@ class ScratchEngines:
 
 
 def keep_engines(prefix: str) -> None:
-    """nbgrader's gradebooks under ``prefix`` (this process's scratch folder, a ``sqlite:///`` URL prefix) keep
-    their engines in this process (:class:`ScratchEngines`).  nbgrader offers no setting for its engine:
-    ``nbgrader.api.create_engine`` is the name its ``Gradebook`` calls."""
+    """nbgrader's gradebooks under ``prefix`` (a task's scratch folder, a ``sqlite:///`` URL prefix; the course's
+    gradebook URL) keep their engines in this process (:class:`ScratchEngines`), beside those kept already.
+    nbgrader offers no setting for its engine: ``nbgrader.api.create_engine`` is the name its ``Gradebook`` calls."""
     import nbgrader.api
 
     current = nbgrader.api.create_engine
-    if isinstance(current, ScratchEngines) and current.prefix == prefix:
+    if isinstance(current, ScratchEngines):
+        if prefix not in current.prefixes:
+            current.prefixes += (prefix,)
         return
     nbgrader.api.create_engine = ScratchEngines(prefix)

@@ -36,6 +36,11 @@ import sys
 import threading
 
 FORKSERVER_ENV = "ATTNCOURSE_FORKSERVER"
+# The grading run's own fork server, for the Dask workers of a local cluster (instructor.engine): JSON
+# {"key": its settings, "sock": its socket}. A worker whose kernels' settings are the same takes its kernels from it
+# instead of starting a server of its own (a second torch import and the probes); any other settings, or a socket
+# that is not there, and the worker starts its own as before.
+SHARED_ENV = "ATTNCOURSE_SHARED_FORKSERVER"
 MAX_FILES = 16   # as judge.forkserver.MAX_FILES
 START_TIMEOUT = 300   # seconds a fork server may take to import torch and ipykernel
 
@@ -146,12 +151,25 @@ class Zygote:
     def __init__(self, root, sock_path, proc, key):
         self.root, self.sock, self.proc, self.key = root, sock_path, proc, key
 
+    @property
+    def shared(self) -> bool:
+        """Another process's server (the grading run's, :data:`SHARED_ENV`): used here, never stopped here."""
+        return self.proc is None
+
+    def spec(self) -> str:
+        """What :data:`SHARED_ENV` says to hand this server to the grading run's workers."""
+        return json.dumps({"key": self.key, "sock": self.sock})
+
     def alive(self) -> bool:
+        if self.shared:   # the run's server removes its socket's folder when it stops
+            return os.path.exists(self.sock)
         return self.proc.poll() is None
 
     def stop(self):
         from .sandbox import remove_tree
 
+        if self.shared:
+            return
         if self.alive():
             self.proc.kill()
             self.proc.wait()
@@ -310,6 +328,9 @@ def _get(env, tmp_mb, mem_mb, tasks, kernel_check):
     zyg = _ZYGOTES.get(key)
     if zyg is not None and zyg.alive():
         return zyg
+    zyg = shared(key)
+    if zyg is not None:
+        return zyg
     if key in _WHY:
         return None
     try:
@@ -334,6 +355,18 @@ def _get(env, tmp_mb, mem_mb, tasks, kernel_check):
 
     atexit.register(zyg.stop)
     return zyg
+
+
+def shared(key: str) -> Zygote | None:
+    """The grading run's fork server named by :data:`SHARED_ENV`, when its settings are ``key`` and its socket is
+    there (it was started and probed by the run, :func:`judge.kernels.fork_server`); else None."""
+    try:
+        spec = json.loads(os.environ.get(SHARED_ENV) or "null")
+        if not spec or spec["key"] != key or not os.path.exists(spec["sock"]):
+            return None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Zygote(None, spec["sock"], None, key)
 
 
 def why_not() -> list[str]:

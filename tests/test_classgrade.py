@@ -672,3 +672,67 @@ def test_the_canary_names_a_kernel_that_cannot_start(tmp_path):
     assert len(lines) == 1 and "scored 0 / " in lines[0], proc.stderr[-2000:]
     assert "here: Kernel died before replying to kernel_info: the grading kernel stopped (" in lines[0], lines
     assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == {}
+
+
+@pytest.mark.slow   # a local cluster of its own, and the module's cluster: the full tier
+def test_a_local_clusters_workers_grade_side_by_side_with_the_runs_fork_server(client, tmp_path):
+    """``./course grade`` on a cluster of its own (no client, no address): the run starts one fork server and hands
+    it to its workers (:data:`judge.zygote.SHARED_ENV`), and every worker grades — the engine places each task on a
+    free worker (Dask alone sent every task to the worker holding the kit, one at a time).  Paired with the same
+    class on a cluster given as a client, whose workers are not the run's: each starts a fork server of its own."""
+    from instructor.engine import grade_class
+    from judge import zygote
+    from judge.sandbox import sandbox_status
+    from tests.corpus._base import WRONG
+    from tests.engine_probe import LOG_ENV, probed_task, read_log
+
+    course = Course(tmp_path / "course", [SECTION])
+    course.generate(SECTION)
+    src = slim(course.source_nb(SECTION))
+    for n in range(2):
+        course.submit(f"good{n}", SECTION, src)
+        course.submit(f"wrong{n}", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    forked = sandbox_status()[0] and os.environ.get(zygote.FORKSERVER_ENV, "1") != "0"
+    runs = {}
+    for how, kw in (("own cluster", {"workers": 2}), ("given client", {"client": client})):
+        log = tmp_path / f"{how}.jsonl"
+        report = grade_class(course.root, [SECTION], force=True, canary=False, log=lambda *a: None,
+                             task=probed_task, extra_env={LOG_ENV: str(log)}, **kw)[SECTION]
+        runs[how] = read_log(log)
+        scores = {s: r["score"] for s, r in report["students"].items()}
+        assert scores["good0"] == scores["good1"] > scores["wrong0"] == scores["wrong1"], (how, scores)
+        assert len({r["pid"] for r in runs[how]}) == 2, (how, runs[how])   # both workers graded
+    own, given = runs["own cluster"], runs["given client"]
+    assert len(own) == len(given) == 4
+    if forked:
+        assert all(r["handed"] and r["own_servers"] == 0 for r in own), own
+        assert all(not r["handed"] and r["own_servers"] >= 1 for r in given), given
+
+
+@pytest.mark.slow   # a local cluster of its own: the full tier
+@pytest.mark.parametrize("engine", ["serial", "dask"])
+def test_a_kit_that_cannot_be_generated_stops_the_run_in_one_line(engine, tmp_path):
+    """The section's source, changed after its release, cannot be generated any more (two cells share a grade id):
+    the scratch course of the kit cannot be made, by the grader's process (``--serial``) or by the kit's task on a
+    worker (Dask): the run stops with one line naming it, and writes no grade."""
+    import copy
+
+    import nbformat
+
+    from instructor.config import CourseError
+    from instructor.engine import grade_class
+
+    course = Course(tmp_path / "course", [SECTION])
+    course.generate(SECTION)
+    course.submit("good", SECTION, slim(course.source_nb(SECTION)))
+    path = course.root / "source" / SECTION / f"{SECTION}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    graded = next(c for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("grade"))
+    nb.cells.append(copy.deepcopy(graded))
+    nbformat.write(nb, path)
+    kw = {"serial": True} if engine == "serial" else {"workers": 1}
+    with pytest.raises(CourseError) as info:
+        grade_class(course.root, [SECTION], force=True, log=lambda *a: None, **kw)
+    assert f"{SECTION}: generate_assignment failed in a scratch course: " in str(info.value), str(info.value)
+    assert "\n" not in str(info.value)
+    assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == {}

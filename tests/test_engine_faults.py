@@ -189,6 +189,7 @@ def engine_run(request, tmp_path):
     :func:`fake_task`."""
     from judge.scratch import new_gradebook
     from instructor.engine import OnDask, Serial
+    from instructor.kit import kit_result
 
     course = Course(tmp_path / "c", [SECTION])
     src = slim(course.source_nb(SECTION))
@@ -205,7 +206,7 @@ def engine_run(request, tmp_path):
 
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None,
                       scheduler_kwargs={"dashboard": False}) as lc, Client(lc) as client:
-        yield OnDask(client, kits, task=fake_task), kits, course
+        yield OnDask(client, kits, task=fake_task, build=kit_result), kits, course   # (a kit of no course)
 
 
 def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
