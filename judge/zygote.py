@@ -148,8 +148,9 @@ class Zygote:
     """One fork server: the folder of its listening socket (``root``, this account's alone), its socket and its
     process (bwrap)."""
 
-    def __init__(self, root, sock_path, proc, key):
+    def __init__(self, root, sock_path, proc, key, pid: int | None = None):
         self.root, self.sock, self.proc, self.key = root, sock_path, proc, key
+        self.pid = proc.pid if proc is not None else pid   # (bwrap's: it exits when the server does)
 
     @property
     def shared(self) -> bool:
@@ -158,11 +159,11 @@ class Zygote:
 
     def spec(self) -> str:
         """What :data:`SHARED_ENV` says to hand this server to the grading run's workers."""
-        return json.dumps({"key": self.key, "sock": self.sock})
+        return json.dumps({"key": self.key, "sock": self.sock, "pid": self.pid})
 
     def alive(self) -> bool:
-        if self.shared:   # the run's server removes its socket's folder when it stops
-            return os.path.exists(self.sock)
+        if self.shared:   # the run's server: its socket there (removed when it is stopped) and its process running
+            return os.path.exists(self.sock) and running(self.pid)
         return self.proc.poll() is None
 
     def stop(self):
@@ -357,16 +358,27 @@ def _get(env, tmp_mb, mem_mb, tasks, kernel_check):
     return zyg
 
 
+def running(pid) -> bool:
+    """Whether process ``pid`` exists and has not exited (a process that exited and was not yet reaped by its parent
+    is a zombie: it still answers ``kill(pid, 0)``)."""
+    try:
+        with open(f"/proc/{int(pid)}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError, TypeError, IndexError):
+        return False
+
+
 def shared(key: str) -> Zygote | None:
-    """The grading run's fork server named by :data:`SHARED_ENV`, when its settings are ``key`` and its socket is
-    there (it was started and probed by the run, :func:`judge.kernels.fork_server`); else None."""
+    """The grading run's fork server named by :data:`SHARED_ENV`, when its settings are ``key`` and it is alive (it
+    was started and probed by the run, :func:`judge.kernels.fork_server`); else None."""
     try:
         spec = json.loads(os.environ.get(SHARED_ENV) or "null")
-        if not spec or spec["key"] != key or not os.path.exists(spec["sock"]):
+        if not spec or spec["key"] != key:
             return None
+        zyg = Zygote(None, spec["sock"], None, key, pid=spec["pid"])
     except (ValueError, KeyError, TypeError):
         return None
-    return Zygote(None, spec["sock"], None, key)
+    return zyg if zyg.alive() else None   # a server that died: this process starts its own
 
 
 def why_not() -> list[str]:

@@ -736,3 +736,40 @@ def test_a_kit_that_cannot_be_generated_stops_the_run_in_one_line(engine, tmp_pa
     assert f"{SECTION}: generate_assignment failed in a scratch course: " in str(info.value), str(info.value)
     assert "\n" not in str(info.value)
     assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == {}
+
+
+@pytest.mark.slow   # a local cluster of its own: the full tier
+def test_the_runs_fork_server_dying_mid_run_costs_no_student_a_grade(tmp_path):
+    """The run's fork server, handed to a local cluster's workers, is killed as the first student is sent (as the
+    machine's OOM killer might): each worker sees it gone (its process, not only its socket's file) and starts its
+    own; every student gets the grade the notebook earns.  With the socket's file taken as proof of life, every
+    later kernel failed to start and each student scored 0 for "kernel died" (seen when this test was written)."""
+    import signal
+
+    from instructor.engine import grade_class
+    from judge import zygote
+    from judge.sandbox import sandbox_status
+    from tests.corpus._base import WRONG
+
+    if not sandbox_status()[0] or os.environ.get(zygote.FORKSERVER_ENV, "1") == "0":
+        pytest.skip("no fork server here: kernels are not sandboxed, or the fork server is off")
+    course = Course(tmp_path / "course", [SECTION])
+    course.generate(SECTION)
+    src = slim(course.source_nb(SECTION))
+    for n in range(2):
+        course.submit(f"good{n}", SECTION, src)
+        course.submit(f"wrong{n}", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    killed = []
+
+    def log(*args):
+        if " ".join(map(str, args)).startswith("grading "):
+            for z in list(zygote._ZYGOTES.values()):
+                os.kill(z.pid, signal.SIGKILL)
+                killed.append(z.pid)
+
+    report = grade_class(course.root, [SECTION], workers=2, force=True, log=log)[SECTION]
+    assert killed, "the run started no fork server of its own"
+    st = report["students"]
+    assert all(not r["not_graded"] and not r["reasons"] for s, r in st.items() if s.startswith("good")), st
+    assert st["good0"]["score"] == st["good1"]["score"] == st["good0"]["max_score"], st
+    assert 0 < st["wrong0"]["score"] == st["wrong1"]["score"] < st["good0"]["score"], st

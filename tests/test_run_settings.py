@@ -4,6 +4,7 @@ kernels need.  Unit tests: nothing here starts a process."""
 from __future__ import annotations
 
 import json
+import os
 
 from traitlets.config import Config
 
@@ -48,10 +49,10 @@ def test_a_kernels_limits_are_the_courses_where_it_sets_them():
     assert configured_limits(cfg, env) == {**env_limits(env), "mem_mb": 2048}
 
 
-def _spec(tmp_path, key="K"):
+def _spec(tmp_path, key="K", pid=None):
     sock = tmp_path / "zygote.sock"
     sock.write_text("")
-    return json.dumps({"key": key, "sock": str(sock)}), sock
+    return json.dumps({"key": key, "sock": str(sock), "pid": os.getpid() if pid is None else pid}), sock
 
 
 def test_a_worker_takes_the_runs_fork_server_only_for_the_same_settings(tmp_path, monkeypatch):
@@ -64,13 +65,31 @@ def test_a_worker_takes_the_runs_fork_server_only_for_the_same_settings(tmp_path
     assert sock.exists()
     sock.unlink()                                             # the run's server stopped (its folder removed)
     assert not got.alive() and zygote.shared("K") is None
-    for bad in ("not json", "[]", "{}", json.dumps({"key": "K"})):
+    sock.write_text("")
+    monkeypatch.setenv(zygote.SHARED_ENV, _spec(tmp_path, pid=_gone_pid())[0])
+    assert zygote.shared("K") is None                         # its process died: a server of its own
+    for bad in ("not json", "[]", "{}", json.dumps({"key": "K"}), json.dumps({"key": "K", "sock": str(sock)})):
         monkeypatch.setenv(zygote.SHARED_ENV, bad)
         assert zygote.shared("K") is None
     monkeypatch.delenv(zygote.SHARED_ENV)
     assert zygote.shared("K") is None
 
 
-def test_the_shared_servers_spec_names_its_settings_and_socket():
-    z = zygote.Zygote("/nonexistent", "/nonexistent/zygote.sock", object(), "KEY")
-    assert json.loads(z.spec()) == {"key": "KEY", "sock": "/nonexistent/zygote.sock"} and not z.shared
+def _gone_pid() -> int:
+    """A pid no process has (above every pid in use, below the kernel's limit)."""
+    with open("/proc/sys/kernel/pid_max") as f:
+        top = int(f.read())
+    return next(p for p in range(top - 1, 1, -1) if not os.path.exists(f"/proc/{p}"))
+
+
+def test_a_server_whose_process_is_gone_is_not_running():
+    assert zygote.running(os.getpid()) and not zygote.running(_gone_pid()) and not zygote.running(None)
+
+
+def test_the_shared_servers_spec_names_its_settings_socket_and_process():
+    class Proc:
+        pid = 1234
+
+    z = zygote.Zygote("/nonexistent", "/nonexistent/zygote.sock", Proc(), "KEY")
+    assert json.loads(z.spec()) == {"key": "KEY", "sock": "/nonexistent/zygote.sock", "pid": 1234}
+    assert not z.shared
