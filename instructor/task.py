@@ -232,15 +232,14 @@ def run_fork_server(settings: TaskSettings, config=None):
 
 def warm_up(settings: TaskSettings, config: bytes | None = None, own_server: bool = True) -> float:
     """A worker's start, sent to every worker as a run begins: nbgrader's and the judge's imports and, with
-    ``own_server``, the fork server of this run's kernels (:func:`judge.kernels.fork_server`; a local cluster's
-    workers are handed the run's own instead, :func:`run_fork_server`), so that its first notebook pays for neither.  ``config`` is the kit's
+    ``own_server``, the fork server of this run's kernels (:func:`run_fork_server`; a local cluster's workers are
+    handed the run's own instead), so that its first notebook pays for neither.  ``config`` is the kit's
     nbgrader_config.py, loaded as a task loads it (it sets the kernels' environment), and the environment is the
     one nbgrader's autograde starts its kernels in: the first task then finds this fork server.  Returns its
     seconds."""
     t0 = time.time()
     apply_settings(settings)
     import judge.preprocessors  # noqa: F401
-    from judge.kernels import configured_limits, fork_server
 
     cfg = None
     if config is not None:
@@ -251,8 +250,7 @@ def warm_up(settings: TaskSettings, config: bytes | None = None, own_server: boo
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     if own_server:
-        env = kernels_environ(settings)   # as nbgrader's Autograde starts its kernels
-        fork_server(limits=configured_limits(cfg, env), environ=env)
+        run_fork_server(settings, cfg)   # for the kernels nbgrader's Autograde will start here
     return round(time.time() - t0, 2)
 
 

@@ -17,7 +17,7 @@ from traitlets import Integer, default
 
 from . import sandbox, zygote
 from .sandbox import (DEFAULT_MEM_MB, DEFAULT_TASKS, DEFAULT_TMP_MB, IPC_ENV, MEM_ENV, REFUSED, TASKS_ENV, TMP_ENV,
-                      sandbox_status)
+                      _int_env, sandbox_status)
 
 
 class GradingKernelClient(AsyncKernelClient):
@@ -57,16 +57,8 @@ class GradingKernelClient(AsyncKernelClient):
 def env_limits(environ=None) -> dict:
     """A kernel's limits as this process's environment (or ``environ``) sets them (``ATTNCOURSE_KERNEL_*``), else
     the defaults: the defaults of :class:`SandboxedKernelManager`'s settings."""
-    environ = os.environ if environ is None else environ
-
-    def read(name, default):
-        try:
-            return int(environ.get(name, default) or 0)
-        except ValueError:
-            return default
-
-    return {"mem_mb": read(MEM_ENV, DEFAULT_MEM_MB), "tmp_mb": read(TMP_ENV, DEFAULT_TMP_MB),
-            "tasks": read(TASKS_ENV, DEFAULT_TASKS)}
+    return {"mem_mb": _int_env(MEM_ENV, DEFAULT_MEM_MB, environ), "tmp_mb": _int_env(TMP_ENV, DEFAULT_TMP_MB, environ),
+            "tasks": _int_env(TASKS_ENV, DEFAULT_TASKS, environ)}
 
 
 def configured_limits(config=None, environ=None) -> dict:

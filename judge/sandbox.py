@@ -113,9 +113,9 @@ def kernel_env(environ, home: str) -> dict:
     return env
 
 
-def _int_env(name, default):
+def _int_env(name, default, environ=None):
     try:
-        return int(os.environ.get(name, default) or 0)
+        return int((os.environ if environ is None else environ).get(name, default) or 0)
     except ValueError:
         return default
 

@@ -674,6 +674,19 @@ def test_the_canary_names_a_kernel_that_cannot_start(tmp_path):
     assert _snapshot(f"sqlite:///{course.root / 'gradebook.db'}") == {}
 
 
+def _two_good_two_wrong(tmp_path) -> Course:
+    """A course of section 02 with four submissions: good0, good1 (the solution) and wrong0, wrong1 (a mistake)."""
+    from tests.corpus._base import WRONG
+
+    course = Course(tmp_path / "course", [SECTION])
+    course.generate(SECTION)
+    src = slim(course.source_nb(SECTION))
+    for n in range(2):
+        course.submit(f"good{n}", SECTION, src)
+        course.submit(f"wrong{n}", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    return course
+
+
 @pytest.mark.slow   # a local cluster of its own, and the module's cluster: the full tier
 def test_a_local_clusters_workers_grade_side_by_side_with_the_runs_fork_server(client, tmp_path):
     """``./course grade`` on a cluster of its own (no client, no address): the run starts one fork server and hands
@@ -683,15 +696,9 @@ def test_a_local_clusters_workers_grade_side_by_side_with_the_runs_fork_server(c
     from instructor.engine import grade_class
     from judge import zygote
     from judge.sandbox import sandbox_status
-    from tests.corpus._base import WRONG
     from tests.engine_probe import LOG_ENV, probed_task, read_log
 
-    course = Course(tmp_path / "course", [SECTION])
-    course.generate(SECTION)
-    src = slim(course.source_nb(SECTION))
-    for n in range(2):
-        course.submit(f"good{n}", SECTION, src)
-        course.submit(f"wrong{n}", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    course = _two_good_two_wrong(tmp_path)
     forked = sandbox_status()[0] and os.environ.get(zygote.FORKSERVER_ENV, "1") != "0"
     runs = {}
     for how, kw in (("own cluster", {"workers": 2}), ("given client", {"client": client})):
@@ -749,16 +756,10 @@ def test_the_runs_fork_server_dying_mid_run_costs_no_student_a_grade(tmp_path):
     from instructor.engine import grade_class
     from judge import zygote
     from judge.sandbox import sandbox_status
-    from tests.corpus._base import WRONG
 
     if not sandbox_status()[0] or os.environ.get(zygote.FORKSERVER_ENV, "1") == "0":
         pytest.skip("no fork server here: kernels are not sandboxed, or the fork server is off")
-    course = Course(tmp_path / "course", [SECTION])
-    course.generate(SECTION)
-    src = slim(course.source_nb(SECTION))
-    for n in range(2):
-        course.submit(f"good{n}", SECTION, src)
-        course.submit(f"wrong{n}", SECTION, with_cells(src, {CORPUS_CELL: WRONG}))
+    course = _two_good_two_wrong(tmp_path)
     killed = []
 
     def log(*args):
