@@ -1,6 +1,10 @@
 """The one grading engine's two executors on the same class, by CPU-seconds of the whole process tree.
 
-    .venv/bin/python -m bench.engine_bench [--per-section 22] [--sections 02] [--modes nbgrader,serial,dask2]
+    .venv/bin/python -m bench.engine_bench [--per-section 22] [--sections 02] [--modes nbgrader,serial,dask2] [--whole]
+
+The class is :func:`bench.grading_bench.build_class`'s: slimmed to the nbgrader cells as the test suite grades them,
+or with ``--whole`` each notebook whole, as students hand it in (its demos and plots run too: about twice the
+kernel's work a notebook on section 02).
 
 Modes: ``nbgrader`` (plain ``nbgrader autograde`` of the section, no canary: the reference), ``serial``
 (``./course grade --serial``: the engine's plain map in one process, canary included), ``dask`` (``./course grade``:
@@ -154,6 +158,9 @@ def main(argv=None):
     ap.add_argument("--per-section", type=int, default=22)
     ap.add_argument("--modes", default="nbgrader,serial,dask",
                     help="nbgrader, serial, dask (./course grade: as many workers as cores) or daskN (N workers)")
+    ap.add_argument("--whole", action="store_true",
+                    help="each submission the whole notebook a student hands in (demos and plots too), not slimmed "
+                         "to its nbgrader cells")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
@@ -164,10 +171,11 @@ def main(argv=None):
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sections = resolve_sections(args.sections, HERE)
     base = Path(tempfile.mkdtemp(prefix="attncourse-enginebench-"))
-    res = {"sections": sections, "per_section": args.per_section, "cpus": os.cpu_count(), "modes": {}}
+    res = {"sections": sections, "per_section": args.per_section, "whole": args.whole, "cpus": os.cpu_count(),
+           "modes": {}}
     try:
         res["ceiling_before"] = machine_parallelism()
-        template = build_class(base, sections, args.per_section)
+        template = build_class(base, sections, args.per_section, args.whole)
         ref = None
         for mode in [m for m in args.modes.split(",") if m]:
             root = base / mode

@@ -44,12 +44,16 @@ ENV = {"ATTNCOURSE_KERNEL_MEM_MB": "2048", "ATTNCOURSE_CHECK_TIMEOUT": "5"}
 CELL_TIMEOUT = 10
 
 
-def _submissions(course, section: str, n: int) -> dict:
+def _submissions(course, section: str, n: int, whole: bool = False) -> dict:
+    """``n`` submissions of ``section``, cycling through the instructor's, the blank, every fault of tests/corpus and
+    the named mistakes; ``whole``: each the whole notebook a student hands in (its demos and plots too), else slimmed
+    to its nbgrader cells."""
     from tests import harness
     from graders import available_sections, load_section
 
-    source = harness.slim(course.source_nb(section))
-    release = harness.slim(course.release_nb(section))
+    cut = (lambda nb: nb) if whole else harness.slim
+    source = cut(course.source_nb(section))
+    release = cut(course.release_nb(section))
     subs = [("instructor", source), ("blank", release)]   # the faults next: all of them within the first 40
     if section == harness.CORPUS_SECTION:
         for name, mod in harness.corpus_cases("faults").items():
@@ -76,14 +80,15 @@ def _submissions(course, section: str, n: int) -> dict:
     return out
 
 
-def build_class(base: Path, sections: list, per_section: int) -> Path:
-    """A course folder with the generated assignments and every submission (the template of each mode's copy)."""
+def build_class(base: Path, sections: list, per_section: int, whole: bool = False) -> Path:
+    """A course folder with the generated assignments and every submission (the template of each mode's copy);
+    ``whole``: whole notebooks (:func:`_submissions`)."""
     from tests import harness
 
     course = harness.Course(base / "template", sections)
     for s in sections:
         course.generate(s)
-        for student, nb in _submissions(course, s, per_section).items():
+        for student, nb in _submissions(course, s, per_section, whole).items():
             fname = None
             if isinstance(nb, tuple):
                 fname, nb = nb

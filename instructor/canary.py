@@ -1,7 +1,8 @@
-"""The canary: before a class is graded, the instructor's solution and the blank release are graded the same way.
+"""The canary: with every class, the instructor's solution and the blank release are graded the same way, first.
 
-``./course grade`` first grades ``source/<section>/<section>.ipynb`` (nbgrader's instructor version) and
-``release/<section>/<section>.ipynb`` (the untouched handout) as the class is: the same task
+``./course grade`` grades ``source/<section>/<section>.ipynb`` (nbgrader's instructor version) and
+``release/<section>/<section>.ipynb`` (the untouched handout) as the class is, first in the run's stream of tasks
+(:class:`Gate`; the students' beside them, no student's grade written before they pass): the same task
 (:func:`instructor.task.grade_task`) on the same executor (the same kernel launcher, sandbox, limits), each in a
 scratch course with a gradebook of its own, so the canaries never appear in the course's gradebook.  The solution must
 earn every autograded point and the blank none.  Otherwise the environment is broken (a kernel that cannot
@@ -105,26 +106,45 @@ def release_nb(files: dict, section: str):
     return nbformat.reads(files[BLANK][f"{section}.ipynb"].decode("utf-8", "replace"), as_version=4)
 
 
-def check(ex, root, sections, settings, log=print):
-    """Both canaries of every section, graded by the run's own executor (:class:`instructor.engine.Serial` or
-    :class:`instructor.engine.OnDask`) and task before any student's; refuses (CourseError) where one fails."""
-    t0 = time.time()
-    subs = {section: submissions(root, section) for section in sections}
-    canary_settings = dataclasses.replace(settings, feedback=False)
-    keys = {ex.submit(section, s, files, None, canary_settings, key=f"canary-{section}-{s}"): (section, s)
-            for section in sections for s, files in subs[section].items()}
-    outcomes: dict = {section: {} for section in sections}
-    while ex.in_flight():
-        key, r, exc = ex.next()
-        section, s = keys[key]
-        if exc is not None:   # a dead worker, a lost kit: the canary did not come back
-            outcomes[section][s] = outcome(None, None, f"grading failed: {type(exc).__name__}: {exc}")
+class Gate:
+    """Both canaries of every section to grade, as tasks of the run's own stream: the engine
+    (:func:`instructor.engine.run_tasks`) sends them first, on the same executor and task as the students'
+    (:class:`instructor.engine.Serial` or :class:`instructor.engine.OnDask`), and grades the class beside them; it
+    writes no student's grade before :meth:`passed` (every canary back, each solution with full marks, each blank
+    with none), and where one fails it stops the run and :func:`refuse` says why.  Nothing waits for the canary
+    before the first student is sent: on Dask its two notebooks and the first students share the workers."""
+
+    def __init__(self, root, sections, settings, log=print):
+        self.t0, self.log = time.time(), log
+        self.subs = {section: submissions(root, section) for section in sections}
+        self.settings = dataclasses.replace(settings, feedback=False)
+        self.outcomes: dict = {section: {} for section in sections}
+        self.problems: list | None = None   # None until every canary is back; then [] or one line per broken section
+
+    def items(self) -> list:
+        """(section, canary student, its files) of every canary, the solution first."""
+        return [(section, s, files) for section, subs in self.subs.items() for s, files in subs.items()]
+
+    def add(self, section: str, student: str, result: dict | None, exc: BaseException | None = None):
+        """One canary's task came back (``result``), or raised (``exc``: a dead worker, a lost kit)."""
+        if exc is not None:
+            self.outcomes[section][student] = outcome(None, None, f"grading failed: {type(exc).__name__}: {exc}")
         else:
-            outcomes[section][s] = outcome(r.get("gradebook"), r.get("files", {}).get(f"{section}.ipynb"), why(r))
-    seconds = time.time() - t0
-    problems = [p for section in sections
-                if (p := verdict(section, release_nb(subs[section], section), outcomes[section], seconds, log))]
-    refuse(problems)
+            self.outcomes[section][student] = outcome(result.get("gradebook"),
+                                                      result.get("files", {}).get(f"{section}.ipynb"), why(result))
+        if all(len(self.outcomes[sec]) == len(subs) for sec, subs in self.subs.items()):
+            seconds = time.time() - self.t0
+            self.problems = [p for sec in self.subs
+                             if (p := verdict(sec, release_nb(self.subs[sec], sec), self.outcomes[sec], seconds,
+                                              self.log))]
+
+    def passed(self) -> bool:
+        """Every canary is back and none failed (:meth:`refuse` raises where one did)."""
+        return self.problems == []
+
+    def refuse(self):
+        """Where a canary failed: CourseError, one line per broken section (:func:`refuse`)."""
+        refuse(self.problems or [])
 
 
 def why(result: dict) -> str:

@@ -5,6 +5,8 @@ executors, one writer.
   :func:`instructor.task.grade_task`: one submission autograded by nbgrader's own ``Autograde`` in a scratch course
   of its own, returning the autograded files, what nbgrader stored, its log and timings.  Why a notebook could not
   be graded is read from that result (:func:`instructor.outcome.why_not_graded`), never from a second nbgrader run.
+* **The canary in the stream.**  The canary's two notebooks (:class:`instructor.canary.Gate`) are the stream's
+  first tasks; the students' are sent beside them and their results wait until it has passed.
 * **Two executors, one loop.**  :class:`Serial` is a plain map: each task runs here, in this process, one after the
   other (``--serial``; the tests' corpus batches).  :class:`OnDask` submits the same tasks to a Dask cluster, local
   or given by address (:mod:`instructor.cluster`), at most one in flight per worker thread.  :func:`run_tasks`
@@ -78,6 +80,10 @@ class Serial:
     def kit_lost(self, section: str, exc: BaseException) -> bool:
         return False
 
+    def cancel(self):
+        """The tasks not run yet are dropped."""
+        self.queue.clear()
+
     def describe(self) -> str:
         return "one after the other in this process"
 
@@ -99,6 +105,7 @@ class OnDask:
         self.kit_futures = KitFutures(client, kits, build=build or kit_with_template)
         self.done = as_completed([])
         self.placed: dict = {}   # task key -> the worker it was sent to
+        self.futures: dict = {}  # task key -> its future, while in flight
 
     def slots(self) -> int:
         try:
@@ -129,6 +136,7 @@ class OnDask:
                                  key=f"{key}-{os.urandom(4).hex()}", **where)
         if worker:
             self.placed[fut.key] = worker
+        self.futures[fut.key] = fut
         self.done.add(fut)
         return fut.key
 
@@ -138,6 +146,7 @@ class OnDask:
     def next(self):
         fut = next(self.done)
         self.placed.pop(fut.key, None)
+        self.futures.pop(fut.key, None)
         try:
             return fut.key, fut.result(), None
         except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost scheduler, a broken task
@@ -147,6 +156,17 @@ class OnDask:
 
     def kit_lost(self, section: str, exc: BaseException) -> bool:
         return self.kit_futures.lost(section, exc)
+
+    def cancel(self):
+        """The tasks in flight are cancelled (their kernels stop with their worker's task)."""
+        futures = list(self.futures.values())
+        self.futures.clear()
+        self.placed.clear()
+        self.done.clear()
+        try:
+            self.client.cancel(futures)
+        except Exception:  # noqa: BLE001 - a lost scheduler: nothing left to cancel
+            pass
 
     def describe(self) -> str:
         n = len(self.client.scheduler_info().get("workers", {}))
@@ -187,9 +207,10 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
 
     ``serial``: the plain map in this process (:class:`Serial`); else Dask (``client``, or a cluster on
     ``scheduler``, or a local one of ``workers`` processes: :func:`instructor.cluster.cluster`).  When anything is
-    to be graded, the canary (:mod:`instructor.canary`) goes first, on the same executor: where the solution does
-    not earn full marks or the blank release earns any, a CourseError and no grade written.  ``canary=False`` only
-    for tests that grade the same class again and again."""
+    to be graded, the canary (:class:`instructor.canary.Gate`) goes first in the same stream of tasks, the students
+    beside it, and no grade is written before it passes: where the solution does not earn full marks or the blank
+    release earns any, a CourseError and no grade written.  ``canary=False`` only for tests that grade the same
+    class again and again."""
     root = Path(root)
     t0 = time.time()
     os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
@@ -226,9 +247,8 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         to_grade = sorted({item[0] for item in todo}, key=sections.index)
         with executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade,
                       task) as (ex, run):
-            if canary:
-                canaries.check(ex, root, to_grade, run.settings, log)
-            run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results)
+            gate = canaries.Gate(root, to_grade, run.settings, log) if canary else None
+            run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results, gate)
     reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
@@ -330,26 +350,38 @@ def warm_workers(client, settings: TaskSettings, config: bytes | None, own_serve
                           key=f"warm-up-{os.urandom(4).hex()}") for w in workers]
 
 
-def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results):
+def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=None):
     """Submit the tasks (at most one per slot in flight), record each result as it arrives, keep the state.
+
+    ``gate`` (:class:`instructor.canary.Gate`): its canaries are sent first, in the same stream, and no result is
+    recorded before they pass (results that come back sooner wait); where one fails, the tasks in flight are
+    cancelled, nothing is recorded and the run stops (a CourseError).
 
     At most one task per worker thread in flight: a worker that dies takes only its own task with it (tasks queued
     on it would be counted as killed too), and a slow class never floods the scheduler.  A notebook the machine may
     have kept from being graded (its worker died, its kernel died or did not start, the grader failed:
     :func:`instructor.outcome.retry_alone`) waits until the others are done, then is graded again alone, so that a
-    notebook which takes the machine's memory or processes cannot cost its neighbours their grades."""
+    notebook which takes the machine's memory or processes cannot cost its neighbours their grades.  Where the
+    executor grades one notebook at a time (:class:`Serial`, a cluster of one thread) a kernel that died was alone
+    already: it is not graded again (its own doing, 0 with its reason); the machine's other failures are."""
     from tqdm import tqdm
 
     root, log = run.root, run.log
-    log(f"grading {len(todo)} submission(s) {ex.describe()}")
+    log(f"grading {len(todo)} submission(s) {ex.describe()}"
+        + (", the canary first among them" if gate is not None else ""))
     args = {}
+    one_at_a_time = ex.slots() == 1
 
     def submit(item):
-        section, student, files, due = item
-        key = ex.submit(section, student, files, due, run.settings, key=f"grade-{section}-{student}")
+        section, student, files, due, canary = item
+        settings = gate.settings if canary else run.settings
+        key = ex.submit(section, student, files, due, settings,
+                        key=f"{'canary' if canary else 'grade'}-{section}-{student}")
         args[key] = item
 
-    pending, later, retried = list(todo), [], set()
+    pending = [(section, s, files, None, True) for section, s, files in (gate.items() if gate is not None else [])]
+    pending += [(*item, False) for item in todo]
+    later, retried, held = [], set(), []
     alone = False
 
     def fill():
@@ -358,41 +390,17 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results):
             submit(pending.pop(0))
 
     fill()
-    failed = 0
     bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=quiet(), file=sys.stderr, dynamic_ncols=True)
-    while True:
-        if not ex.in_flight():
-            if not later:
-                break
-            pending.extend(later)
-            later.clear()
-            alone = True
-            fill()
-            continue
-        key, result, exc = ex.next()
-        item = args.pop(key)
-        section, student, files, _ = item
-        if exc is not None:
-            if ex.kit_lost(section, exc):
-                submit(item)   # the kit's own task failed (not this submission's): send it again
-                continue
-            result = failed_result(section, student, files, kit_hashes[section], exc)
-        if (section, student) not in retried and retry_alone(result):
-            retried.add((section, student))
-            later.append(item)
-            fill()
-            continue
-        if (section, student) in retried and retry_alone(result):
-            verdict = alone_verdict(result)   # "not graded: …", or None: its kernel died alone, its own doing
-            if verdict:
-                result["faults"] = [f for f in result["faults"] if f != "grading failed: worker died"] + [verdict]
-        fill()
+    failed = [0]
+
+    def finish(item, result):
+        section, student = item[0], item[1]
         try:
             record_result(root, run.db_url, run.course_id, result, run.config)
         except Exception as exc:  # noqa: BLE001
             result["faults"].append(f"could not write into the gradebook: {type(exc).__name__}: {exc}")
         if not result.get("success") or result.get("faults"):
-            failed += 1
+            failed[0] += 1
         results[section][student] = result
         came_back = ((result.get("gradebook") is not None or result.get("files"))
                      and not any(f.startswith(NOT_GRADED) for f in result.get("faults", [])))
@@ -406,8 +414,54 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results):
         if came_back and result.get("sandboxed") is not None:
             record_sandbox(root, section, [student], result["sandboxed"], result.get("sandbox", ""))
         bar.update(1)
-        bar.set_postfix(failed=failed)
-    bar.close()
+        bar.set_postfix(failed=failed[0])
+
+    try:
+        while True:
+            if not ex.in_flight():
+                if not later:
+                    break
+                pending.extend(later)
+                later.clear()
+                alone = True
+                fill()
+                continue
+            key, result, exc = ex.next()
+            item = args.pop(key)
+            section, student, files, _, canary = item
+            if exc is not None and ex.kit_lost(section, exc):
+                submit(item)   # the kit's own task failed (not this submission's): send it again
+                continue
+            if canary:
+                gate.add(section, student, result, exc)
+                if gate.problems:
+                    ex.cancel()
+                    gate.refuse()
+                fill()
+                if gate.passed():
+                    for it, res in held:
+                        finish(it, res)
+                    held.clear()
+                continue
+            if exc is not None:
+                result = failed_result(section, student, files, kit_hashes[section], exc)
+            first = (section, student) not in retried
+            if first and retry_alone(result) and not (one_at_a_time and alone_verdict(result) is None):
+                retried.add((section, student))
+                later.append(item)
+                fill()
+                continue
+            if not first or one_at_a_time:
+                verdict = alone_verdict(result) if retry_alone(result) else None
+                if verdict:   # "not graded: …"; None: its kernel died alone, its own doing
+                    result["faults"] = [f for f in result["faults"] if f != "grading failed: worker died"] + [verdict]
+            fill()
+            if gate is not None and not gate.passed():
+                held.append((item, result))   # recorded once the canary has passed
+                continue
+            finish(item, result)
+    finally:
+        bar.close()
 
 
 def grade_section(section: str, root: Path, timeout: int | None = None, students=None, log=print,

@@ -148,7 +148,8 @@ def test_a_subprocess_past_its_time_is_stopped_with_its_whole_group(tmp_path):
 def fake_task(kit, student, files, duedate=None, settings=None):
     """Stands in for :func:`instructor.task.grade_task`: the next outcome ``kit["plan"]`` holds for ``student`` (each
     run recorded in ``kit["runs"]``): ("graded", _) returns the notebook as autograded, ("log", text) a run nbgrader
-    could not grade with that log, ("raise", text) a task that raised (as a worker that died)."""
+    could not grade with that log, ("raise", text) a task that raised (as a worker that died), ("slow", seconds) graded
+    after that long."""
     import fcntl
 
     from judge.scratch import tree_hash
@@ -162,6 +163,9 @@ def fake_task(kit, student, files, duedate=None, settings=None):
             runs.write(student + "\n")
     if kind == "raise":
         raise RuntimeError(text)
+    if kind == "slow":   # graded, after ``text`` seconds
+        time.sleep(float(text))
+        kind = "graded"
     name = f"{kit['section']}.ipynb"
     out = {"section": kit["section"], "student": student, "hash": tree_hash(files), "kit": kit["hash"],
            "success": kind == "graded", "faults": [], "files": {}, "gradebook": None, "log": ""}
@@ -178,6 +182,7 @@ PLAN = {  # student: its runs' outcomes in turn
     "ann": [["graded", ""]],                                  # graded at once: one run
     "bob": [["log", OUT_OF_PROCESSES], ["log", OUT_OF_PROCESSES]],   # the machine's, twice: not graded
     "cat": [["log", KERNEL_DIED], ["log", KERNEL_DIED]],      # its kernel died alone too: its own doing, 0
+                                                              # (one at a time, the first run was alone: one run)
     "dan": [["log", "[AutogradeApp | ERROR] ValueError: broken"]],   # its own failure: one run, its reason
     "eve": [["raise", "worker lost"], ["graded", ""]],        # the machine's once: graded alone
 }
@@ -213,7 +218,8 @@ def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
     """Under either executor: a notebook the machine kept from being graded (out of processes, a task that raised,
     a kernel that died) is graded again alone once the others are done; where the machine is still to blame it is
     "not graded" (no score, never 0); a kernel that died alone too scores 0 with its reason; a failure of the
-    notebook's own (nbgrader's error) is not run again, and its reason is that run's own log line."""
+    notebook's own (nbgrader's error) is not run again, and its reason is that run's own log line.  Where the
+    executor grades one notebook at a time (the plain map), a kernel that died was alone already: one run."""
     from instructor.config import course_db, load_config
     from instructor.engine import ClassRun, run_tasks
     from instructor.kit import submission_files
@@ -227,8 +233,9 @@ def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
     state, results = {}, {SECTION: {}}
     run_tasks(ex, run, todo, {SECTION: "kit"}, state, results)
     runs = Path(kits[SECTION]["runs"]).read_text().split()
-    assert sorted(runs) == sorted(["ann", "bob", "bob", "cat", "cat", "dan", "eve", "eve"]), runs
-    assert set(runs[-3:]) == {"bob", "cat", "eve"}   # the second runs: after every first one, alone
+    again = {"bob", "eve"} | ({"cat"} if ex.slots() > 1 else set())   # graded side by side: cat's kernel, too
+    assert sorted(runs) == sorted([*PLAN, *again]), runs
+    assert set(runs[-len(again):]) == again   # the second runs: after every first one, alone
     st = section_report(course.root, SECTION, list(PLAN), results[SECTION], state, db_url, course_id, True,
                         "kernels sandboxed (test)")["students"]
     assert not st["ann"]["not_graded"] and not st["eve"]["not_graded"] and not st["ann"]["reasons"], st
@@ -239,6 +246,74 @@ def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
     assert state[SECTION]["bob"]["hash"] is None    # graded again next run
     text = format_report({"section": SECTION, "students": st, "seconds": 1})
     assert "bob                      not graded" in text and "cat                      0 /" in text, text
+
+
+class FakeGate:
+    """Stands in for :class:`instructor.canary.Gate` (its interface, no notebook): two canaries, whose verdict is
+    ``ok``; what had been recorded when the verdict came is kept in ``recorded_before``."""
+
+    def __init__(self, results: dict, ok: bool, files: dict):
+        from instructor.task import TaskSettings
+
+        self.settings, self.results, self.ok, self.files = TaskSettings(), results, ok, files
+        self.back, self.problems, self.recorded_before = [], None, None
+
+    def items(self):
+        return [(SECTION, s, self.files) for s in ("canary-solution", "canary-blank")]
+
+    def add(self, section, student, result, exc=None):
+        self.back.append(student)
+        if len(self.back) == 2:
+            self.recorded_before = sum(map(len, self.results.values()))
+            self.problems = [] if self.ok else [f"{SECTION}: the instructor's solution scored 0 / 24 here: broken"]
+
+    def passed(self):
+        return self.problems == []
+
+    def refuse(self):
+        from instructor.canary import refuse
+
+        refuse(self.problems)
+
+
+@pytest.mark.parametrize("ok", [True, False], ids=["canary-passes", "canary-fails"])
+def test_no_grade_is_written_before_the_canary_passes(engine_run, ok):
+    """The canaries go first in the run's one stream and students are graded beside them: a student whose result
+    comes back before the canary's (on Dask, ann beside the slow solution) waits for it.  Where the canary passes,
+    everyone is recorded after it; where it fails, the run stops (CourseError) with nothing recorded: no result, no
+    state, no autograded file, and the students not yet sent are never graded."""
+    from instructor.config import CourseError, course_db, load_config
+    from instructor.engine import ClassRun, run_tasks
+    from instructor.kit import submission_files
+    from instructor.task import TaskSettings
+
+    ex, kits, course = engine_run
+    plan_file = Path(kits[SECTION]["plan"])
+    plan = {"canary-solution": [["slow", "1.5"]], "canary-blank": [["graded", ""]],
+            **{s: [["slow", "1"]] for s in PLAN}}   # (a student a second beside the canary's 1.5 s)
+    plan_file.write_text(json.dumps(plan))
+    db_url, course_id = course_db(course.root)
+    run = ClassRun(course.root, TaskSettings(), db_url, course_id, load_config(course.root), log=lambda *a: None)
+    todo = [(SECTION, s, submission_files(course.root, s, SECTION), None) for s in PLAN]
+    state, results = {}, {SECTION: {}}
+    gate = FakeGate(results, ok, todo[0][2])
+    if ok:
+        run_tasks(ex, run, todo, {SECTION: "kit"}, state, results, gate)
+    else:
+        with pytest.raises(CourseError, match="canary failed, no student graded: .*broken"):
+            run_tasks(ex, run, todo, {SECTION: "kit"}, state, results, gate)
+    runs = Path(kits[SECTION]["runs"]).read_text().split()
+    assert set(runs[:2]) == {"canary-solution", "canary-blank"}, runs   # first in the stream
+    if ex.slots() > 1:   # beside the slow canary: graded before its verdict
+        assert runs.index("ann") < len(runs) and gate.back == ["canary-blank", "canary-solution"], (runs, gate.back)
+    assert gate.recorded_before == 0
+    if ok:
+        assert sorted(results[SECTION]) == sorted(PLAN) and sorted(state[SECTION]) == sorted(PLAN)
+        assert sorted(p.name for p in (course.root / "autograded").iterdir()) == sorted(PLAN)
+    else:
+        assert results == {SECTION: {}} and state == {} and not (course.root / ".classgrade").exists()
+        assert not (course.root / "autograded").exists()
+        assert len(runs) < 2 + len(PLAN), runs   # the rest never sent
 
 
 # the log of a canary whose kernel could not start (the classic launcher, a 40 MB memory limit), as nbgrader's
