@@ -161,6 +161,10 @@ def main(argv=None):
     ap.add_argument("--whole", action="store_true",
                     help="each submission the whole notebook a student hands in (demos and plots too), not slimmed "
                          "to its nbgrader cells")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the modes this many times, one after the other in turn (a VM's speed drifts by 15 %% "
+                         "within minutes: serial took 58.7 s and 50.5 s on the same class an hour apart); the "
+                         "speed-up is the median round's")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
@@ -177,22 +181,36 @@ def main(argv=None):
         res["ceiling_before"] = machine_parallelism()
         template = build_class(base, sections, args.per_section, args.whole)
         ref = None
-        for mode in [m for m in args.modes.split(",") if m]:
-            root = base / mode
-            shutil.copytree(template, root)
-            r = run_mode(root, mode, sections)
-            got = scores(root, sections)
-            ref = got if ref is None else ref
-            diff = sorted(k for k in set(got) | set(ref) if got.get(k) != ref.get(k))
-            r["same_scores_as_first_mode"] = not diff
-            r["differ"] = {k: [ref.get(k), got.get(k)] for k in diff[:6]}
-            res["modes"][mode] = r
-            print(mode, json.dumps(r), flush=True)
+        res["rounds"] = []
+        for n in range(max(1, args.rounds)):
+            this = {}
+            for mode in [m for m in args.modes.split(",") if m]:
+                root = base / f"{mode}-{n}"
+                shutil.copytree(template, root)
+                r = run_mode(root, mode, sections)
+                got = scores(root, sections)
+                shutil.rmtree(root, ignore_errors=True)
+                ref = got if ref is None else ref
+                diff = sorted(k for k in set(got) | set(ref) if got.get(k) != ref.get(k))
+                r["same_scores_as_first_mode"] = not diff
+                r["differ"] = {k: [ref.get(k), got.get(k)] for k in diff[:6]}
+                this[mode] = r
+                print(mode, json.dumps(r), flush=True)
+            res["rounds"].append(this)
         res["ceiling_after"] = machine_parallelism()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    runs = res.get("rounds") or []
+    modes = list(runs[0]) if runs else []
+    par = next((name for name in ("dask", "dask2") if name in modes), None)
+    if "serial" in modes and par:
+        # each round's speed-up (its two runs a minute apart); the round of the median speed-up stands for all
+        speeds = [r["serial"]["wall_s"] / r[par]["wall_s"] for r in runs]
+        median_round = runs[sorted(range(len(runs)), key=speeds.__getitem__)[(len(runs) - 1) // 2]]
+        res["modes"] = median_round
+    else:
+        res["modes"] = runs[-1] if runs else {}
     m = res["modes"]
-    par = next((name for name in ("dask", "dask2") if name in m), None)
     if "serial" in m and par:
         # the median of every round before and after (a VM's speed drifts), at most 2
         rounds = res["ceiling_before"]["rounds"] + res["ceiling_after"]["rounds"]
@@ -206,7 +224,8 @@ def main(argv=None):
                               round(before[1] - before[0], 1) if None not in before else None,
                           # what the wall-clock speed-up would be on an idle machine with this ceiling, if the CPU
                           # each mode spends were spread as evenly as the ceiling allows (an upper bound)
-                          "cpu_bound_speed_up": round(ceiling * m["serial"]["cpu_s"] / m[par]["cpu_s"], 2)}
+                          "cpu_bound_speed_up": round(ceiling * m["serial"]["cpu_s"] / m[par]["cpu_s"], 2),
+                          "speed_up_each_round": [round(x, 2) for x in speeds]}
     print(json.dumps({k: res[k] for k in ("ceiling_before", "ceiling_after", "summary") if k in res}), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
