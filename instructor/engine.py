@@ -361,16 +361,15 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
     on it would be counted as killed too), and a slow class never floods the scheduler.  A notebook the machine may
     have kept from being graded (its worker died, its kernel died or did not start, the grader failed:
     :func:`instructor.outcome.retry_alone`) waits until the others are done, then is graded again alone, so that a
-    notebook which takes the machine's memory or processes cannot cost its neighbours their grades.  Where the
-    executor grades one notebook at a time (:class:`Serial`, a cluster of one thread) a kernel that died was alone
-    already: it is not graded again (its own doing, 0 with its reason); the machine's other failures are."""
+    notebook which takes the machine's memory or processes cannot cost its neighbours their grades.  A kernel that
+    died while the machine's OOM killer killed nothing died by its own doing and is not graded again (0 with its
+    reason), on either executor."""
     from tqdm import tqdm
 
     root, log = run.root, run.log
     log(f"grading {len(todo)} submission(s) {ex.describe()}"
         + (", the canary first among them" if gate is not None else ""))
     args = {}
-    one_at_a_time = ex.slots() == 1
 
     def submit(item):
         section, student, files, due, canary = item
@@ -445,15 +444,14 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
                 continue
             if exc is not None:
                 result = failed_result(section, student, files, kit_hashes[section], exc)
-            first = (section, student) not in retried
-            if first and retry_alone(result) and not (one_at_a_time and alone_verdict(result) is None):
+            if (section, student) not in retried and retry_alone(result):
                 retried.add((section, student))
                 later.append(item)
                 fill()
                 continue
-            if not first or one_at_a_time:
-                verdict = alone_verdict(result) if retry_alone(result) else None
-                if verdict:   # "not graded: …"; None: its kernel died alone, its own doing
+            if (section, student) in retried and retry_alone(result):
+                verdict = alone_verdict(result)   # "not graded: …", or None: its kernel died alone, its own doing
+                if verdict:
                     result["faults"] = [f for f in result["faults"] if f != "grading failed: worker died"] + [verdict]
             fill()
             if gate is not None and not gate.passed():

@@ -203,9 +203,13 @@ RUNAWAY = "grading took longer than"   # the watchdog's fault (instructor.task):
 
 def retry_alone(result: dict) -> bool:
     """Whether a Dask task's result is a notebook nothing could be graded of for a reason the machine (or a
-    notebook graded beside it) could cause: its worker died, the grader failed, its kernel died or did not start,
-    the log says the machine ran out of something.  Such a notebook is graded again, alone on the cluster, once
-    the others are done.  A notebook that was graded, or that ran past the watchdog, is not."""
+    notebook graded beside it) could cause: its worker died, the grader failed, its kernel did not start, the log
+    says the machine ran out of something, its kernel died while the machine's OOM killer killed something (or
+    where that is not known: ``oom_kills``, :func:`instructor.task.oom_kills`).  Such a notebook is graded again,
+    alone on the cluster, once the others are done.  A notebook that was graded, or that ran past the watchdog,
+    is not; nor one whose kernel died while no process anywhere was killed for memory: no neighbour can kill a
+    sandboxed kernel but through the machine's memory (each kernel has its own PID namespace and limits), so it
+    died by its own doing (``os.kill``, its own limits) and is scored as it is, 0 with "kernel died"."""
     if result.get("files") and result.get("success"):
         return False
     faults = result.get("faults", [])
@@ -214,8 +218,10 @@ def retry_alone(result: dict) -> bool:
     if any("worker died" in f or f.startswith("grading failed") for f in faults):
         return True
     log = result.get("log") or ""
-    return "kernel died" in classify_log(log) or machine_trouble(log) is not None \
-        or "did not start" in classify_log(log)
+    reason = classify_log(log)
+    if machine_trouble(log) is not None or "did not start" in reason:
+        return True
+    return "kernel died" in reason and result.get("oom_kills") != 0
 
 
 def alone_verdict(result: dict) -> str | None:

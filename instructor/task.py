@@ -293,12 +293,16 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
         dog.daemon = True
         dog.start()
         t_run = time.time()
+        oom_before = oom_kills()
         try:
             with kernel_output_to(work / "kernel-output.txt"):
                 res = api.autograde(section, student, force=True, create=True)
         finally:
             dog.cancel()
         t_done = time.time()
+        oom_after = oom_kills()
+        # how many processes the machine's OOM killer killed while this notebook ran (None: not known)
+        out["oom_kills"] = None if oom_before is None or oom_after is None else oom_after - oom_before
         out["success"] = bool(res.get("success"))
         out["log"] = (res.get("log") or "")[-20000:] + (res.get("error") or "")[-5000:]
         if flag["fired"]:
@@ -321,6 +325,19 @@ def grade_task(kit: dict, student: str, files: dict, duedate: str | None = None,
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed on this machine since it booted (``oom_kill`` in
+    /proc/vmstat: the whole machine's kills and every memory cgroup's), None where that cannot be read."""
+    try:
+        with open("/proc/vmstat", "rb") as f:
+            for line in f:
+                if line.startswith(b"oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def task_environment(extra_env: dict | None = None) -> tuple[dict, dict]:

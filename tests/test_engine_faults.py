@@ -149,7 +149,7 @@ def fake_task(kit, student, files, duedate=None, settings=None):
     """Stands in for :func:`instructor.task.grade_task`: the next outcome ``kit["plan"]`` holds for ``student`` (each
     run recorded in ``kit["runs"]``): ("graded", _) returns the notebook as autograded, ("log", text) a run nbgrader
     could not grade with that log, ("raise", text) a task that raised (as a worker that died), ("slow", seconds) graded
-    after that long."""
+    after that long, ("died", n) its kernel died while the OOM killer killed n processes."""
     import fcntl
 
     from judge.scratch import tree_hash
@@ -163,6 +163,10 @@ def fake_task(kit, student, files, duedate=None, settings=None):
             runs.write(student + "\n")
     if kind == "raise":
         raise RuntimeError(text)
+    if kind == "died":   # its kernel died while the OOM killer killed ``text`` processes
+        return {"section": kit["section"], "student": student, "hash": tree_hash(files), "kit": kit["hash"],
+                "success": False, "faults": [], "files": {}, "gradebook": None, "log": KERNEL_DIED,
+                "oom_kills": int(text)}
     if kind == "slow":   # graded, after ``text`` seconds
         time.sleep(float(text))
         kind = "graded"
@@ -182,7 +186,8 @@ PLAN = {  # student: its runs' outcomes in turn
     "ann": [["graded", ""]],                                  # graded at once: one run
     "bob": [["log", OUT_OF_PROCESSES], ["log", OUT_OF_PROCESSES]],   # the machine's, twice: not graded
     "cat": [["log", KERNEL_DIED], ["log", KERNEL_DIED]],      # its kernel died alone too: its own doing, 0
-                                                              # (one at a time, the first run was alone: one run)
+    "fay": [["died", "0"]],                                   # died while nothing was killed for memory: one run, 0
+    "gus": [["died", "1"], ["died", "0"]],                    # died as the OOM killer killed: again alone, then 0
     "dan": [["log", "[AutogradeApp | ERROR] ValueError: broken"]],   # its own failure: one run, its reason
     "eve": [["raise", "worker lost"], ["graded", ""]],        # the machine's once: graded alone
 }
@@ -218,8 +223,9 @@ def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
     """Under either executor: a notebook the machine kept from being graded (out of processes, a task that raised,
     a kernel that died) is graded again alone once the others are done; where the machine is still to blame it is
     "not graded" (no score, never 0); a kernel that died alone too scores 0 with its reason; a failure of the
-    notebook's own (nbgrader's error) is not run again, and its reason is that run's own log line.  Where the
-    executor grades one notebook at a time (the plain map), a kernel that died was alone already: one run."""
+    notebook's own (nbgrader's error) is not run again, and its reason is that run's own log line.  A kernel that
+    died while the machine's OOM killer killed nothing (fay) died by its own doing: one run, 0 with its reason;
+    one that died as the OOM killer killed (gus), or where that is not known (cat), is graded again alone."""
     from instructor.config import course_db, load_config
     from instructor.engine import ClassRun, run_tasks
     from instructor.kit import submission_files
@@ -233,7 +239,7 @@ def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
     state, results = {}, {SECTION: {}}
     run_tasks(ex, run, todo, {SECTION: "kit"}, state, results)
     runs = Path(kits[SECTION]["runs"]).read_text().split()
-    again = {"bob", "eve"} | ({"cat"} if ex.slots() > 1 else set())   # graded side by side: cat's kernel, too
+    again = {"bob", "cat", "eve", "gus"}
     assert sorted(runs) == sorted([*PLAN, *again]), runs
     assert set(runs[-len(again):]) == again   # the second runs: after every first one, alone
     st = section_report(course.root, SECTION, list(PLAN), results[SECTION], state, db_url, course_id, True,
@@ -242,6 +248,8 @@ def test_one_engine_retries_the_machines_failures_alone_once(engine_run):
     assert st["bob"]["not_graded"] == "not graded: the machine ran out, twice: BlockingIOError: [Errno 11] Resource " \
                                       "temporarily unavailable", st["bob"]
     assert not st["cat"]["not_graded"] and any("kernel died" in r for r in st["cat"]["reasons"]), st["cat"]
+    for s in ("fay", "gus"):
+        assert not st[s]["not_graded"] and any("kernel died" in r for r in st[s]["reasons"]), st[s]
     assert st["dan"]["reasons"] == ["autograde failed: ValueError: broken"] and not st["dan"]["not_graded"]
     assert state[SECTION]["bob"]["hash"] is None    # graded again next run
     text = format_report({"section": SECTION, "students": st, "seconds": 1})
@@ -418,6 +426,7 @@ def test_the_watchdog_stops_a_runaway_forked_kernel(tmp_path):
     full = [g["max_score"] for nb in honest["gradebook"]["notebooks"].values() for g in nb["grades"].values()
             if g["auto_score"] is not None]
     assert honest["success"] and not honest["faults"] and scores == full and sum(scores) > 0, honest["faults"]
+    assert isinstance(out["oom_kills"], int) and isinstance(honest["oom_kills"], int)   # (what retry_alone reads)
 
 
 def test_the_fork_servers_start_deadline_holds_while_it_waits():

@@ -93,3 +93,27 @@ def test_the_shared_servers_spec_names_its_settings_socket_and_process():
     z = zygote.Zygote("/nonexistent", "/nonexistent/zygote.sock", Proc(), "KEY")
     assert json.loads(z.spec()) == {"key": "KEY", "sock": "/nonexistent/zygote.sock", "pid": 1234}
     assert not z.shared
+
+
+def test_a_dead_kernel_is_graded_again_alone_only_where_the_oom_killer_may_have_killed_it(monkeypatch):
+    """The machine's OOM kills as a task reads them (/proc/vmstat's ``oom_kill``: a count on Linux, None where it
+    cannot be read), and what a dead kernel's result with each count gets: no kill while it ran — its own doing,
+    graded once; a kill, or no count — graded again alone.  Paired with the same dead kernel's log where the
+    machine ran out of processes: graded again alone whatever the count."""
+    import builtins
+
+    from instructor import task
+    from instructor.outcome import retry_alone
+
+    assert isinstance(task.oom_kills(), int)
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: (_ for _ in ()).throw(PermissionError(p))
+                        if p == "/proc/vmstat" else real_open(p, *a, **k))
+    assert task.oom_kills() is None
+    monkeypatch.undo()
+    died = "[AutogradeApp | ERROR] nbclient.exceptions.DeadKernelError: Kernel died"
+    assert not retry_alone({"log": died, "oom_kills": 0})
+    assert retry_alone({"log": died, "oom_kills": 1}) and retry_alone({"log": died, "oom_kills": None})
+    assert retry_alone({"log": died})
+    out_of = died + "\n[AutogradeApp | ERROR] BlockingIOError: [Errno 11] Resource temporarily unavailable"
+    assert retry_alone({"log": out_of, "oom_kills": 0})
