@@ -175,8 +175,7 @@ def main(argv=None):
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sections = resolve_sections(args.sections, HERE)
     base = Path(tempfile.mkdtemp(prefix="attncourse-enginebench-"))
-    res = {"sections": sections, "per_section": args.per_section, "whole": args.whole, "cpus": os.cpu_count(),
-           "modes": {}}
+    res = {"sections": sections, "per_section": args.per_section, "whole": args.whole, "cpus": os.cpu_count()}
     try:
         res["ceiling_before"] = machine_parallelism()
         template = build_class(base, sections, args.per_section, args.whole)
@@ -203,15 +202,11 @@ def main(argv=None):
     runs = res.get("rounds") or []
     modes = list(runs[0]) if runs else []
     par = next((name for name in ("dask", "dask2") if name in modes), None)
+    res["modes"] = runs[-1] if runs else {}
     if "serial" in modes and par:
         # each round's speed-up (its two runs a minute apart); the round of the median speed-up stands for all
         speeds = [r["serial"]["wall_s"] / r[par]["wall_s"] for r in runs]
-        median_round = runs[sorted(range(len(runs)), key=speeds.__getitem__)[(len(runs) - 1) // 2]]
-        res["modes"] = median_round
-    else:
-        res["modes"] = runs[-1] if runs else {}
-    m = res["modes"]
-    if "serial" in m and par:
+        m = res["modes"] = runs[sorted(range(len(runs)), key=speeds.__getitem__)[(len(runs) - 1) // 2]]
         # the median of every round before and after (a VM's speed drifts), at most 2
         rounds = res["ceiling_before"]["rounds"] + res["ceiling_after"]["rounds"]
         ceiling = round(min(2.0, statistics.median(rounds)), 2)

@@ -390,16 +390,17 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
 
     fill()
     bar = tqdm(total=len(todo), desc="grading", unit="nb", disable=quiet(), file=sys.stderr, dynamic_ncols=True)
-    failed = [0]
+    failed = 0
 
     def finish(item, result):
+        nonlocal failed
         section, student = item[0], item[1]
         try:
             record_result(root, run.db_url, run.course_id, result, run.config)
         except Exception as exc:  # noqa: BLE001
             result["faults"].append(f"could not write into the gradebook: {type(exc).__name__}: {exc}")
         if not result.get("success") or result.get("faults"):
-            failed[0] += 1
+            failed += 1
         results[section][student] = result
         came_back = ((result.get("gradebook") is not None or result.get("files"))
                      and not any(f.startswith(NOT_GRADED) for f in result.get("faults", [])))
@@ -413,7 +414,7 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
         if came_back and result.get("sandboxed") is not None:
             record_sandbox(root, section, [student], result["sandboxed"], result.get("sandbox", ""))
         bar.update(1)
-        bar.set_postfix(failed=failed[0])
+        bar.set_postfix(failed=failed)
 
     try:
         while True:
