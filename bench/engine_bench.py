@@ -135,20 +135,41 @@ def reap_all(timeout: float = 60.0):
             time.sleep(0.2)
 
 
+def stolen() -> float | None:
+    """CPU-seconds the hypervisor has given other guests while this VM's CPUs wanted to run, all CPUs together
+    (``steal`` in /proc/stat): a VM's slow minutes, which stretch a mode's wall time without its doing."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+STOLEN_AT_MOST = 0.05
+
+
+def disturbed(modes: dict, cpus: int) -> bool:
+    """Whether the hypervisor took more than :data:`STOLEN_AT_MOST` of the CPU time of any mode of this round."""
+    return any((r.get("stolen_s") or 0) > STOLEN_AT_MOST * r["wall_s"] * (cpus or 1) for r in modes.values())
+
+
 def run_mode(root: Path, mode: str, sections: list) -> dict:
-    load0 = os.getloadavg()[0]
+    load0, steal0 = os.getloadavg()[0], stolen()
     with TreeCpu() as cpu:
         t = time.time()
         p = subprocess.run([sys.executable, "-c", MODE, str(HERE), str(root), mode, ",".join(sections)],
                            capture_output=True, text=True, cwd=HERE)
         wall = time.time() - t
         reap_all()
+    steal1 = stolen()
     out = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {}
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu.seconds, 1), "cpu_by_kind": cpu.by_kind, "rc": p.returncode,
             "canary_wall_s": round(out["canary_s"], 1) if out.get("canary_s") else None,
             # everything the run's processes spent until its first student was sent (start, canary)
             "cpu_before_first_student_s": cpu.at(out["first_at"]) if out.get("first_at") else None,
             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
+            "stolen_s": round(steal1 - steal0, 1) if None not in (steal0, steal1) else None,
             "stderr_tail": p.stderr[-600:] if p.returncode else ""}
 
 
@@ -164,7 +185,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the modes this many times, one after the other in turn (a VM's speed drifts by 15 %% "
                          "within minutes: serial took 58.7 s and 50.5 s on the same class an hour apart); the "
-                         "speed-up is the median round's")
+                         "speed-up is the median round's, leaving out a round where the hypervisor took more than "
+                         "5 %% of a mode's CPU time (steal in /proc/stat), unless every round is such")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))
@@ -206,7 +228,10 @@ def main(argv=None):
     if "serial" in modes and par:
         # each round's speed-up (its two runs a minute apart); the round of the median speed-up stands for all
         speeds = [r["serial"]["wall_s"] / r[par]["wall_s"] for r in runs]
-        m = res["modes"] = runs[sorted(range(len(runs)), key=speeds.__getitem__)[(len(runs) - 1) // 2]]
+        # a round where the hypervisor took more than STOLEN_AT_MOST of either mode's CPU time is left out of the
+        # median (unless every round is): its wall times say how busy the host was, not what the engine does
+        calm = [i for i, r in enumerate(runs) if not disturbed(r, res["cpus"])] or list(range(len(runs)))
+        m = res["modes"] = runs[sorted(calm, key=speeds.__getitem__)[(len(calm) - 1) // 2]]
         # the median of every round before and after (a VM's speed drifts), at most 2
         rounds = res["ceiling_before"]["rounds"] + res["ceiling_after"]["rounds"]
         ceiling = round(min(2.0, statistics.median(rounds)), 2)
@@ -220,7 +245,8 @@ def main(argv=None):
                           # what the wall-clock speed-up would be on an idle machine with this ceiling, if the CPU
                           # each mode spends were spread as evenly as the ceiling allows (an upper bound)
                           "cpu_bound_speed_up": round(ceiling * m["serial"]["cpu_s"] / m[par]["cpu_s"], 2),
-                          "speed_up_each_round": [round(x, 2) for x in speeds]}
+                          "speed_up_each_round": [round(x, 2) for x in speeds],
+                          "rounds_left_out_stolen": [i + 1 for i in range(len(runs)) if i not in calm]}
     print(json.dumps({k: res[k] for k in ("ceiling_before", "ceiling_after", "summary") if k in res}), flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))

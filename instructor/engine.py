@@ -65,8 +65,9 @@ class Serial:
     def in_flight(self) -> int:
         return len(self.queue)
 
-    def next(self):
-        """(key, result, None) or (key, None, the exception the task raised), for the next task."""
+    def next(self, freed: Callable = lambda: None):
+        """(key, result, None) or (key, None, the exception the task raised), for the next task.  (``freed``: see
+        :meth:`OnDask.next`; here nothing runs beside the task, so it is called when the task has run.)"""
         key, section, args = self.queue.pop(0)
         saved = dict(os.environ)
         try:
@@ -76,6 +77,7 @@ class Serial:
         finally:
             os.environ.clear()
             os.environ.update(saved)
+            freed()
 
     def kit_lost(self, section: str, exc: BaseException) -> bool:
         return False
@@ -143,10 +145,14 @@ class OnDask:
     def in_flight(self) -> int:
         return self.done.count()
 
-    def next(self):
+    def next(self, freed: Callable = lambda: None):
+        """As :meth:`Serial.next`, for the next task to complete.  ``freed`` is called once the task has completed
+        and before its result is fetched from its worker: the engine sends that worker its next task first, so the
+        worker grades while the result travels here and is recorded."""
         fut = next(self.done)
         self.placed.pop(fut.key, None)
         self.futures.pop(fut.key, None)
+        freed()
         try:
             return fut.key, fut.result(), None
         except Exception as exc:  # noqa: BLE001 - KilledWorker, a lost scheduler, a broken task
@@ -358,7 +364,9 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
     cancelled, nothing is recorded and the run stops (a CourseError).
 
     At most one task per worker thread in flight: a worker that dies takes only its own task with it (tasks queued
-    on it would be counted as killed too), and a slow class never floods the scheduler.  A notebook the machine may
+    on it would be counted as killed too), and a slow class never floods the scheduler.  A slot is filled again as
+    soon as its task has completed, before that task's result is fetched and recorded (:meth:`OnDask.next`).  A
+    notebook the machine may
     have kept from being graded (its worker died, its kernel died or did not start, the grader failed:
     :func:`instructor.outcome.retry_alone`) waits until the others are done, then is graded again alone, so that a
     notebook which takes the machine's memory or processes cannot cost its neighbours their grades.  A kernel that
@@ -426,11 +434,12 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
                 alone = True
                 fill()
                 continue
-            key, result, exc = ex.next()
+            key, result, exc = ex.next(freed=fill)
             item = args.pop(key)
             section, student, files, _, canary = item
             if exc is not None and ex.kit_lost(section, exc):
-                submit(item)   # the kit's own task failed (not this submission's): send it again
+                pending.insert(0, item)   # the kit's own task failed (not this submission's): sent again, first
+                fill()
                 continue
             if canary:
                 gate.add(section, student, result, exc)
