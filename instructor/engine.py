@@ -365,9 +365,9 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
 
     At most one task per worker thread in flight: a worker that dies takes only its own task with it (tasks queued
     on it would be counted as killed too), and a slow class never floods the scheduler.  A slot is filled again as
-    soon as its task has completed, before that task's result is fetched and recorded (:meth:`OnDask.next`).  A
-    notebook the machine may
-    have kept from being graded (its worker died, its kernel died or did not start, the grader failed:
+    soon as its task has completed, before that task's result is fetched and recorded (:meth:`OnDask.next`), so
+    the loop fills slots nowhere else but where it puts a task back in the queue.  A notebook the machine may have
+    kept from being graded (its worker died, its kernel died or did not start, the grader failed:
     :func:`instructor.outcome.retry_alone`) waits until the others are done, then is graded again alone, so that a
     notebook which takes the machine's memory or processes cannot cost its neighbours their grades.  A kernel that
     died while the machine's OOM killer killed nothing died by its own doing and is not graded again (0 with its
@@ -446,7 +446,6 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
                 if gate.problems:
                     ex.cancel()
                     gate.refuse()
-                fill()
                 if gate.passed():
                     for it, res in held:
                         finish(it, res)
@@ -454,16 +453,15 @@ def run_tasks(ex, run: ClassRun, todo, kit_hashes: dict, state, results, gate=No
                 continue
             if exc is not None:
                 result = failed_result(section, student, files, kit_hashes[section], exc)
-            if (section, student) not in retried and retry_alone(result):
+            machines = retry_alone(result)
+            if machines and (section, student) not in retried:
                 retried.add((section, student))
                 later.append(item)
-                fill()
                 continue
-            if (section, student) in retried and retry_alone(result):
+            if machines:   # its second run, alone
                 verdict = alone_verdict(result)   # "not graded: …", or None: its kernel died alone, its own doing
                 if verdict:
                     result["faults"] = [f for f in result["faults"] if f != "grading failed: worker died"] + [verdict]
-            fill()
             if gate is not None and not gate.passed():
                 held.append((item, result))   # recorded once the canary has passed
                 continue
