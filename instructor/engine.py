@@ -35,14 +35,15 @@ from judge.scratch import keep_engines, tree_hash
 from judge.zygote import SHARED_ENV
 
 from . import canary as canaries
+from .cluster import SCHEDULER_ENV
 from .config import CourseError, load_config, ready, release_notebook, submitted_students
 from .gradebook import duedate, graded_students, record_result
 from .kit import make_kit, submission_files, with_template
 from .outcome import NOT_GRADED, alone_verdict, retry_alone, section_report, why_not_graded
 from .prescan import prescan_class
 from .state import load_state, record_sandbox, save_state
-from .task import DEFAULT_TASK_TIMEOUT, DIE_ENV, TaskSettings, grade_task, task_environment
-
+from .task import (DEFAULT_TASK_TIMEOUT, DIE_ENV, TaskSettings, grade_task, kernels_environ, run_fork_server,
+                   task_environment)
 
 # -- the executors ---------------------------------------------------------------------------------------------------
 class Serial:
@@ -179,6 +180,80 @@ class OnDask:
         return f"on {n} Dask worker(s) ({self.client.scheduler.address.split(':')[0]}; no dashboard)"
 
 
+class RunStart:
+    """What a run starts before its first task, each in a thread of its own as soon as the run knows it will grade,
+    so that it runs beside everything else the run does first (the course's nbgrader_config.py with nbgrader's
+    import, the gradebook, the prescan, the kits):
+
+    * the run's fork server (:func:`instructor.task.run_fork_server`: its imports in its sandbox, the longest part
+      of the start), for the kernels of a local run (``local``);
+    * the local Dask cluster (:func:`instructor.cluster.local_cluster`: its workers' imports), unless ``serial``.
+
+    Started before the course's configuration is read, the server is for the kernels' environment and limits as the
+    grading environment has them; :meth:`server` starts another where the configuration makes them otherwise.
+    Nothing else runs in the server's thread (nbgrader's generate_assignment changes this process's working folder
+    while it runs: a process started meanwhile would start in a folder about to be deleted)."""
+
+    def __init__(self, settings: TaskSettings, local: bool, serial: bool, workers: int | None):
+        self.settings, self.local, self.serial, self.workers = settings, local, serial, workers
+        self.pools, self.stack = [], contextlib.ExitStack()
+        self.server_future = self.kernels = self.cluster_future = None
+
+    def begin(self, config=None) -> "RunStart":
+        """Start whatever of the two this run has and has not started yet (``config``: see :meth:`server`)."""
+        if self.local and self.server_future is None:
+            self.kernels = self.for_kernels(config)   # (imports, here, what the thread imports)
+            self.server_future = self.thread("fork-server").submit(run_fork_server, self.settings, config)
+        if self.local and not self.serial and self.cluster_future is None:
+            import distributed  # noqa: F401 - here, not in two threads at once
+
+            from .cluster import local_cluster
+
+            self.cluster_future = self.thread("cluster").submit(self.stack.enter_context,
+                                                                local_cluster(self.workers or os.cpu_count() or 1))
+        return self
+
+    def thread(self, name: str):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pools.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"attncourse-run-{name}"))
+        return self.pools[-1]
+
+    def for_kernels(self, config) -> str:
+        """What the server's kernels get (their environment, their limits with ``config``), as the servers' key."""
+        import json
+
+        from judge.kernels import configured_limits
+        from judge.sandbox import kernel_env
+
+        env = kernels_environ(self.settings)
+        return json.dumps([kernel_env(env, "/tmp"), configured_limits(config, env)], sort_keys=True)
+
+    def server(self, config):
+        """The fork server for the kernels the tasks will start, with the course's ``config`` (a
+        :class:`judge.zygote.Zygote`), or None where it did not start: another one where what they get is not what
+        the early one was started for (that one is stopped with the process, :mod:`judge.zygote`)."""
+        if self.server_future is not None and self.kernels != self.for_kernels(config):
+            self.server_future = None
+        return self.begin(config).server_future.result()
+
+    def cluster(self):
+        """A client of the local cluster (a failed start raises here), made in this thread: Dask's client keeps
+        itself as the current one in this thread's context, for as long as it is open."""
+        from distributed import Client
+
+        return self.stack.enter_context(Client(self.begin().cluster_future.result()))
+
+    def close(self):
+        """Stop the cluster (once it has started) and let the threads go."""
+        if self.cluster_future is not None:
+            with contextlib.suppress(Exception):   # (a start that failed has nothing to stop)
+                self.cluster_future.result()
+        self.stack.close()
+        for pool in self.pools:
+            pool.shutdown(wait=True)
+
+
 def failed_result(section: str, student: str, files: dict, kit_hash: str, exc: BaseException) -> dict:
     """A task that raised instead of returning (its worker died, the scheduler was lost), as a result."""
     name = type(exc).__name__
@@ -220,41 +295,46 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     root = Path(root)
     t0 = time.time()
     os.environ["PATH"] = with_python_bin()   # nbgrader runs alembic from PATH when it creates a gradebook
-    db_url, course_id = ready(root, sections)
-    keep_engines(db_url)   # the one writer's three Gradebooks a notebook share one engine (judge.scratch)
     env, task_env = task_environment(extra_env)
     if serial:
         task_env.pop(DIE_ENV, None)   # (the test hook kills a Dask worker; here it would be the grader itself)
     sandboxed, sandbox_line = sandbox_status(env)
     if sandboxed is None:
         raise CourseError(sandbox_line)
+    settings = TaskSettings(timeout, task_timeout, task_env, feedback)
+    local = serial or (client is None and not (scheduler or os.environ.get(SCHEDULER_ENV)))
     state = {} if force else load_state(root)
-    todo, kits, all_students, pre = [], {}, {}, {}
+    # the submissions and kits as files (nothing of nbgrader yet): where one has changed since the last run, the run
+    # will grade, and its fork server starts now, beside the rest of the start (nbgrader's import, the gradebook)
+    kits, all_students, candidates = {}, {}, []
     for section in sections:
-        names = submitted_students(root, section, students)
-        all_students[section] = names
-        if not names:
-            continue
-        pre[section] = prescan_class(root, section, names, release_notebook(root, section))   # before any kernel
-        kits[section] = make_kit(root, section)
-        due = duedate(db_url, course_id, section)
-        have = graded_students(db_url, course_id, section)
-        for s in names:
-            files = submission_files(root, s, section)
-            prev = state.get(section, {}).get(s)
-            if (prev and prev.get("hash") == tree_hash(files) and prev.get("kit") == kits[section]["hash"]
-                    and s in have):
+        names = all_students[section] = submitted_students(root, section, students)
+        if names and (root / "source" / section / f"{section}.ipynb").is_file():
+            kits[section] = make_kit(root, section)
+            candidates += [(section, s, submission_files(root, s, section)) for s in names]
+    with contextlib.closing(RunStart(settings, local, serial, workers)) as start:
+        if any(changed(state, kits, *item) for item in candidates):
+            start.begin()
+        config = load_config(root)   # (nbgrader's import, about a second, beside the server's start)
+        db_url, course_id = ready(root, sections)
+        keep_engines(db_url)   # the one writer's three Gradebooks a notebook share one engine (judge.scratch)
+        todo, pre = [], {}
+        for section in sections:
+            names = all_students[section]
+            if not names:
                 continue
-            todo.append((section, s, files, due))
-    results: dict = {sec: {} for sec in sections}
-    run = ClassRun(root, TaskSettings(timeout, task_timeout, task_env, feedback), db_url, course_id,
-                   load_config(root), log)
-    if todo:
-        to_grade = sorted({item[0] for item in todo}, key=sections.index)
-        with executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade,
-                      task) as (ex, run):
-            gate = canaries.Gate(root, to_grade, run.settings, log) if canary else None
-            run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results, gate)
+            pre[section] = prescan_class(root, section, names, release_notebook(root, section))   # before any kernel
+            due = duedate(db_url, course_id, section)
+            have = graded_students(db_url, course_id, section)
+            todo += [(section, s, files, due) for sec, s, files in candidates
+                     if sec == section and (changed(state, kits, sec, s, files) or s not in have)]
+        results: dict = {sec: {} for sec in sections}
+        run = ClassRun(root, settings, db_url, course_id, config, log)
+        if todo:
+            to_grade = sorted({item[0] for item in todo}, key=sections.index)
+            with executor(start, client, scheduler, security, insecure, run, kits, to_grade, task) as (ex, run):
+                gate = canaries.Gate(root, to_grade, run.settings, log) if canary else None
+                run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results, gate)
     reports, elapsed = {}, round(time.time() - t0, 1)
     for section in sections:
         reports[section] = section_report(root, section, all_students[section], results[section], state,
@@ -266,67 +346,60 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
     return reports
 
 
+def changed(state: dict, kits: dict, section: str, student: str, files: dict) -> bool:
+    """Whether this submission, or its section's kit, is not what the last run graded (then it is graded now)."""
+    prev = state.get(section, {}).get(student)
+    return not (prev and prev.get("hash") == tree_hash(files) and prev.get("kit") == kits[section]["hash"])
+
+
 @contextlib.contextmanager
-def executor(serial, client, workers, scheduler, log, security, insecure, run, kits, to_grade, task):
+def executor(start: RunStart, client, scheduler, security, insecure, run, kits, to_grade, task):
     """(the run's executor, the run as its tasks get it), once everything a task needs is ready.
 
-    The run's fork server (:func:`instructor.task.run_fork_server`: its own imports, in its sandbox) starts first,
-    in a thread of this process, side by side with the rest:
+    What the run starts (``start``, :class:`RunStart`: its fork server, its local cluster) has started already where
+    the run knew it would grade before it read the gradebook (a submission changed since the last run), else it
+    starts now:
 
-    * ``--serial``: the kits' generated scratch courses (:func:`instructor.kit.with_template`), made here, once; the
-      tasks' kernels come from the run's fork server.
-    * Dask: the cluster (its workers' imports, in processes of their own).  A local cluster's workers are handed the
-      run's fork server in the run's settings (:data:`judge.zygote.SHARED_ENV`): one server for the run, not one per
-      worker.  Each section's kit, with its generated scratch course, is made by a task on one worker
-      (:func:`instructor.kit.kit_with_template`) and sent to the others, so this process never imports torch.  A
-      cluster given by address (or a client) has workers elsewhere: each starts its own fork server
-      (:func:`warm_workers`).
-
-    (Nothing else runs in that thread: nbgrader's generate_assignment changes this process's working folder while
-    it runs, and a process started meanwhile, a Dask worker, would start in a folder about to be deleted.)"""
+    * ``--serial``: the kits' generated scratch courses (:func:`instructor.kit.with_template`) are made here, once,
+      beside the server's start; the tasks' kernels come from the run's fork server.
+    * Dask: a local cluster's workers are handed the run's fork server in the run's settings
+      (:data:`judge.zygote.SHARED_ENV`): one server for the run, not one per worker.  Each section's kit, with its
+      generated scratch course, is made by a task on one worker (:func:`instructor.kit.kit_with_template`) and sent
+      to the others, so this process never imports torch.  A cluster given by address (or a client) has workers
+      elsewhere: each starts its own fork server (:func:`warm_workers`)."""
     import dataclasses
-    from concurrent.futures import ThreadPoolExecutor
 
-    import judge.kernels  # noqa: F401 - imported here, before the thread below imports what it imports
+    start.begin(run.config)   # (where no submission had changed, the run learnt that it grades only now)
+    if start.serial:
+        for section in to_grade:
+            kits[section] = with_template(kits[section])
+        start.server(run.config)
+        yield Serial(kits, task), run
+        return
+    from .cluster import check_private, cluster
+    from .workerplugin import imports_first
 
-    from .cluster import SCHEDULER_ENV
-    from .task import run_fork_server
-
-    local = serial or (client is None and not (scheduler or os.environ.get(SCHEDULER_ENV)))
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="attncourse-run-fork-server")
-    server = pool.submit(run_fork_server, run.settings, run.config) if local else None
-    try:
-        if serial:
-            for section in to_grade:
-                kits[section] = with_template(kits[section])
-            server.result()
-            yield Serial(kits, task), run
-            return
-        from .cluster import check_private, cluster
-        from .workerplugin import imports_first
-
-        ctx = (contextlib.nullcontext(client) if client is not None
-               else cluster(workers, scheduler, log, security=security, insecure=insecure))
-        with ctx as cl:
-            check_private(cl)   # no folder the coordinator or a worker imports from is another account's to write
-            imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
-            ex = OnDask(cl, kits, task)
-            made = [ex.kit_futures.get(section) for section in to_grade]   # each section's scratch course, once
-            warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"),
-                                   own_server=not local)
-            kits_ready(made)
-            zyg = server.result() if server is not None else None
-            if zyg is not None:
-                settings = run.settings
-                run = dataclasses.replace(run, settings=dataclasses.replace(
-                    settings, env={**settings.env, SHARED_ENV: zyg.spec()}))
-            try:
-                yield ex, run
-            finally:
-                for fut in warming:
-                    fut.release()
-    finally:
-        pool.shutdown(wait=True)
+    ctx = (contextlib.nullcontext(client) if client is not None
+           else contextlib.nullcontext(start.cluster()) if start.local
+           else cluster(None, scheduler, run.log, security=security, insecure=insecure))
+    with ctx as cl:
+        check_private(cl)   # no folder the coordinator or a worker imports from is another account's to write
+        imports_first(cl)   # before any task: nbgrader imported in one thread (instructor/workerplugin.py)
+        ex = OnDask(cl, kits, task)
+        made = [ex.kit_futures.get(section) for section in to_grade]   # each section's scratch course, once
+        warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"),
+                               own_server=not start.local)
+        kits_ready(made)
+        zyg = start.server(run.config) if start.local else None
+        if zyg is not None:
+            settings = run.settings
+            run = dataclasses.replace(run, settings=dataclasses.replace(
+                settings, env={**settings.env, SHARED_ENV: zyg.spec()}))
+        try:
+            yield ex, run
+        finally:
+            for fut in warming:
+                fut.release()
 
 
 def kits_ready(futures: list):

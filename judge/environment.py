@@ -31,7 +31,8 @@ def grading_env(keep=(), extra=None) -> dict:
     Drops the parent Jupyter server's ``JPY_*``/``JUPYTER_*`` variables and the course's ``ATTNCOURSE_*`` settings
     except the names in ``keep``; puts this Python's bin folder first on PATH and the judge's checkout
     (:data:`JUDGE_HOME`) first on PYTHONPATH; silences warnings (a warning on stderr would score a test cell 0);
-    draws off-screen; keeps transformers offline.  ``extra`` is applied last.  (The kernels themselves get an
+    draws off-screen; keeps transformers offline (what the course's nbgrader_config.py sets, so that the kernels'
+    environment is the same before the grader has read it and after).  ``extra`` is applied last.  (The kernels themselves get an
     allow-listed part of it: :func:`judge.sandbox.kernel_env`.)
     """
     env = {k: v for k, v in os.environ.items()
@@ -39,7 +40,8 @@ def grading_env(keep=(), extra=None) -> dict:
     env["PATH"] = with_python_bin(env.get("PATH", ""))
     env["PYTHONPATH"] = os.pathsep.join([JUDGE_HOME] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
                                                         if p and p != JUDGE_HOME])
-    env.update({"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    env.update({"PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false"})
     # Kernels that grade side by side (Dask workers, a busy machine) share the cores: torch's OpenMP threads
     # must sleep, not spin, while they wait (bench/omp_wait.py: 3 processes on 2 cores, 230 s each spinning
     # vs 5 s sleeping). The wait policy changes no result (the same threads split the same work).

@@ -117,3 +117,46 @@ def test_a_dead_kernel_is_graded_again_alone_only_where_the_oom_killer_may_have_
     assert retry_alone({"log": died})
     out_of = died + "\n[AutogradeApp | ERROR] BlockingIOError: [Errno 11] Resource temporarily unavailable"
     assert retry_alone({"log": out_of, "oom_kills": 0})
+
+
+# what the course's nbgrader_config.py sets in the grader's environment
+CONFIG_SETS = ("PYTHONWARNINGS", "MPLBACKEND", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+               "OMP_WAIT_POLICY")
+
+
+def test_the_kernels_environment_is_the_same_before_the_course_config_is_read_and_after(monkeypatch):
+    """A run starts its fork server before it reads nbgrader_config.py (instructor.engine.RunStart), and its
+    workers look the server up by their kernels' environment after they have read it: the grading environment
+    sets whatever the configuration sets, or no worker would find the run's server (each would start its own)."""
+    from pathlib import Path
+
+    from instructor.config import load_config
+    from instructor.task import task_environment
+
+    for name in CONFIG_SETS:
+        monkeypatch.delenv(name, raising=False)
+    settings = TaskSettings(env=task_environment({})[1])
+    before = kernel_env(kernels_environ(settings), "/tmp")
+    load_config(Path(__file__).resolve().parents[1])
+    assert all(name in os.environ for name in CONFIG_SETS[:5])   # (the configuration did set them here)
+    assert kernel_env(kernels_environ(settings), "/tmp") == before
+
+
+def test_the_early_fork_server_is_replaced_only_where_the_course_sets_other_limits(monkeypatch):
+    """RunStart starts the server with the environment's kernel limits; once the course's configuration is read,
+    the tasks get the server for its limits: the early one where they are the same, a second one where not."""
+    from instructor import engine
+
+    started = []
+    monkeypatch.setattr(engine, "run_fork_server", lambda settings, config: started.append(config) or len(started))
+    same, other = Config(), Config()
+    other.SandboxedKernelManager.mem_mb = 1234
+    for config, servers in ((None, [None]), (same, [None]), (other, [None, other])):
+        started.clear()
+        start = engine.RunStart(TaskSettings(), local=True, serial=True, workers=None).begin()
+        try:
+            assert start.server(config) == len(servers)
+            assert start.server(config) == len(servers)   # (asked again: the same one)
+        finally:
+            start.close()
+        assert started == servers
