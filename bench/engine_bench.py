@@ -53,7 +53,7 @@ else:
     grade_class(root, sections, serial=mode == "serial", workers=int(mode[4:]) if mode.startswith("dask") and mode[4:] else None,
                 force=True, timeout=CELL_TIMEOUT, extra_env=ENV, log=lambda *a: log.append((time.time(), " ".join(map(str, a)))))
     first = next((t for t, m in log if m.startswith("grading ")), None)
-print(json.dumps({"wall": time.time() - t0, "canary_s": (first - t0) if first else None, "first_at": first}))
+print(json.dumps({"wall": time.time() - t0, "stream_s": (first - t0) if first else None, "first_at": first}))
 """
 
 
@@ -165,8 +165,9 @@ def run_mode(root: Path, mode: str, sections: list) -> dict:
     steal1 = stolen()
     out = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {}
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu.seconds, 1), "cpu_by_kind": cpu.by_kind, "rc": p.returncode,
-            "canary_wall_s": round(out["canary_s"], 1) if out.get("canary_s") else None,
-            # everything the run's processes spent until its first student was sent (start, canary)
+            # when the stream of tasks started (the canaries first in it, the students beside them): the run's start
+            "stream_start_s": round(out["stream_s"], 1) if out.get("stream_s") else None,
+            # everything the run's processes spent until then (its start)
             "cpu_before_first_student_s": cpu.at(out["first_at"]) if out.get("first_at") else None,
             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
             "stolen_s": round(steal1 - steal0, 1) if None not in (steal0, steal1) else None,

@@ -320,19 +320,24 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         keep_engines(db_url)   # the one writer's three Gradebooks a notebook share one engine (judge.scratch)
         todo, pre = [], {}
         for section in sections:
-            names = all_students[section]
-            if not names:
-                continue
-            pre[section] = prescan_class(root, section, names, release_notebook(root, section))   # before any kernel
-            due = duedate(db_url, course_id, section)
-            have = graded_students(db_url, course_id, section)
-            todo += [(section, s, files, due) for sec, s, files in candidates
-                     if sec == section and (changed(state, kits, sec, s, files) or s not in have)]
+            if all_students[section]:
+                due = duedate(db_url, course_id, section)
+                have = graded_students(db_url, course_id, section)
+                todo += [(section, s, files, due) for sec, s, files in candidates
+                         if sec == section and (changed(state, kits, sec, s, files) or s not in have)]
+
+        def prescan():   # every submission, as it was handed in: before any kernel runs
+            for section in (x for x in sections if all_students[x]):
+                pre[section] = prescan_class(root, section, all_students[section], release_notebook(root, section))
+
         results: dict = {sec: {} for sec in sections}
         run = ClassRun(root, settings, db_url, course_id, config, log)
-        if todo:
+        if not todo:
+            prescan()
+        else:
             to_grade = sorted({item[0] for item in todo}, key=sections.index)
-            with executor(start, client, scheduler, security, insecure, run, kits, to_grade, task) as (ex, run):
+            with executor(start, client, scheduler, security, insecure, run, kits, to_grade, task,
+                          meanwhile=prescan) as (ex, run):
                 gate = canaries.Gate(root, to_grade, run.settings, log) if canary else None
                 run_tasks(ex, run, todo, {s: k["hash"] for s, k in kits.items()}, state, results, gate)
     reports, elapsed = {}, round(time.time() - t0, 1)
@@ -353,7 +358,8 @@ def changed(state: dict, kits: dict, section: str, student: str, files: dict) ->
 
 
 @contextlib.contextmanager
-def executor(start: RunStart, client, scheduler, security, insecure, run, kits, to_grade, task):
+def executor(start: RunStart, client, scheduler, security, insecure, run, kits, to_grade, task,
+             meanwhile: Callable = lambda: None):
     """(the run's executor, the run as its tasks get it), once everything a task needs is ready.
 
     What the run starts (``start``, :class:`RunStart`: its fork server, its local cluster) has started already where
@@ -366,11 +372,15 @@ def executor(start: RunStart, client, scheduler, security, insecure, run, kits, 
       (:data:`judge.zygote.SHARED_ENV`): one server for the run, not one per worker.  Each section's kit, with its
       generated scratch course, is made by a task on one worker (:func:`instructor.kit.kit_with_template`) and sent
       to the others, so this process never imports torch.  A cluster given by address (or a client) has workers
-      elsewhere: each starts its own fork server (:func:`warm_workers`)."""
+      elsewhere: each starts its own fork server (:func:`warm_workers`).
+
+    ``meanwhile`` (the prescan of every submission: a few seconds on a large class) runs here while the server and
+    the kits are made elsewhere, before any task is sent."""
     import dataclasses
 
     start.begin(run.config)   # (where no submission had changed, the run learnt that it grades only now)
     if start.serial:
+        meanwhile()
         for section in to_grade:
             kits[section] = with_template(kits[section])
         start.server(run.config)
@@ -389,6 +399,7 @@ def executor(start: RunStart, client, scheduler, security, insecure, run, kits, 
         made = [ex.kit_futures.get(section) for section in to_grade]   # each section's scratch course, once
         warming = warm_workers(cl, run.settings, kits[to_grade[0]]["files"].get("nbgrader_config.py"),
                                own_server=not start.local)
+        meanwhile()
         kits_ready(made)
         zyg = start.server(run.config) if start.local else None
         if zyg is not None:
