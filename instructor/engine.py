@@ -220,14 +220,11 @@ class RunStart:
         return self.pools[-1]
 
     def for_kernels(self, config) -> str:
-        """What the server's kernels get (their environment, their limits with ``config``), as the servers' key."""
-        import json
-
-        from judge.kernels import configured_limits
-        from judge.sandbox import kernel_env
+        """The key of the server the tasks' kernels need (their environment, their limits with ``config``)."""
+        from judge.kernels import configured_limits, fork_server_key
 
         env = kernels_environ(self.settings)
-        return json.dumps([kernel_env(env, "/tmp"), configured_limits(config, env)], sort_keys=True)
+        return fork_server_key(configured_limits(config, env), env)
 
     def server(self, config):
         """The fork server for the kernels the tasks will start, with the course's ``config`` (a
@@ -312,8 +309,9 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
         if names and (root / "source" / section / f"{section}.ipynb").is_file():
             kits[section] = make_kit(root, section)
             candidates += [(section, s, submission_files(root, s, section)) for s in names]
+    fresh = {(section, s) for section, s, files in candidates if changed(state, kits, section, s, files)}
     with contextlib.closing(RunStart(settings, local, serial, workers)) as start:
-        if any(changed(state, kits, *item) for item in candidates):
+        if fresh:
             start.begin()
         config = load_config(root)   # (nbgrader's import, about a second, beside the server's start)
         db_url, course_id = ready(root, sections)
@@ -324,7 +322,7 @@ def grade_class(root: Path, sections: list, workers: int | None = None, schedule
                 due = duedate(db_url, course_id, section)
                 have = graded_students(db_url, course_id, section)
                 todo += [(section, s, files, due) for sec, s, files in candidates
-                         if sec == section and (changed(state, kits, sec, s, files) or s not in have)]
+                         if sec == section and ((sec, s) in fresh or s not in have)]
 
         def prescan():   # every submission, as it was handed in: before any kernel runs
             for section in (x for x in sections if all_students[x]):

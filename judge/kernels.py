@@ -84,8 +84,20 @@ def fork_server(sandboxed: bool | None = None, limits: dict | None = None, envir
     if not sandboxed:
         return None
     limits = limits or env_limits(environ)
-    return zygote.get(sandbox.kernel_env(environ, "/tmp"), limits["tmp_mb"], limits["mem_mb"], limits["tasks"],
-                      kernel_check=lambda zyg: kernel_starts(zyg, limits=limits))
+    return zygote.get(*_server_settings(limits, environ), kernel_check=lambda zyg: kernel_starts(zyg, limits=limits))
+
+
+def fork_server_key(limits: dict | None = None, environ=None) -> str:
+    """The key (:func:`judge.zygote.server_key`) of the server :func:`fork_server` gives for these ``limits`` and
+    ``environ``: what a grading run compares to learn whether a server it started early is the one its kernels
+    need."""
+    environ = os.environ if environ is None else environ
+    return zygote.server_key(*_server_settings(limits or env_limits(environ), environ))
+
+
+def _server_settings(limits: dict, environ) -> tuple:
+    """(the kernels' environment, tmp_mb, mem_mb, tasks): what a fork server is started with and kept by."""
+    return sandbox.kernel_env(environ, "/tmp"), limits["tmp_mb"], limits["mem_mb"], limits["tasks"]
 
 
 _FRESH: dict = {}   # settings -> '' (a fresh sandbox's kernel answers) or why not

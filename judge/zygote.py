@@ -324,8 +324,14 @@ def get(env: dict, tmp_mb: int, mem_mb: int, tasks: int = 0, kernel_check=None) 
         return _get(env, tmp_mb, mem_mb, tasks, kernel_check)
 
 
+def server_key(env: dict, tmp_mb: int, mem_mb: int, tasks: int = 0) -> str:
+    """What a fork server is kept by (in this process, and as the run's :data:`SHARED_ENV`): its kernels' environment
+    and limits."""
+    return json.dumps([env, tmp_mb, mem_mb, tasks], sort_keys=True)
+
+
 def _get(env, tmp_mb, mem_mb, tasks, kernel_check):
-    key = json.dumps([env, tmp_mb, mem_mb, tasks], sort_keys=True)
+    key = server_key(env, tmp_mb, mem_mb, tasks)
     zyg = _ZYGOTES.get(key)
     if zyg is not None and zyg.alive():
         return zyg
