@@ -8,8 +8,9 @@ kernel's work a notebook on section 02).
 
 Modes: ``nbgrader`` (plain ``nbgrader autograde`` of the section, no canary: the reference), ``serial``
 (``./course grade --serial``: the engine's plain map in one process, canary included), ``dask`` (``./course grade``:
-the same tasks on a local Dask cluster of as many workers as cores, canary included), ``daskN`` (``--workers N``).  Each mode runs in a child process of
-this one, which is the child subreaper of everything the mode starts (Dask's nannies and workers, fork servers,
+the same tasks on a local Dask cluster of as many workers as cores, canary included), ``daskN`` (``--workers N``),
+``halves`` (two ``--serial`` runs side by side, each on half the class: the class split in two by hand).  Each
+mode runs in a child process of this one, which is the child subreaper of everything the mode starts (Dask's nannies and workers, fork servers,
 kernels) and samples every descendant's own CPU time every 0.1 s (:class:`TreeCpu`; a kernel inside its sandbox's
 PID namespace is killed with its sandbox, never reaped up the chain, so ``RUSAGE_CHILDREN`` would miss it): the
 CPU-seconds of the whole tree, whatever else the machine runs (wall time does not: other processes' load stretches
@@ -154,24 +155,71 @@ def disturbed(modes: dict, cpus: int) -> bool:
     return any((r.get("stolen_s") or 0) > STOLEN_AT_MOST * r["wall_s"] * (cpus or 1) for r in modes.values())
 
 
+def halves(root: Path) -> list:
+    """The class in two course folders beside ``root`` (``root``-a, ``root``-b), each with every other submission
+    (in the order of their names, so that each half has its share of the slow faults)."""
+    out = []
+    for i, tag in enumerate("ab"):
+        dest = halves_of(root)[i]
+        shutil.copytree(root, dest)
+        students = sorted(p.name for p in (dest / "submitted").iterdir())
+        for j, student in enumerate(students):
+            if j % 2 != i:
+                shutil.rmtree(dest / "submitted" / student)
+        out.append(dest)
+    return out
+
+
+def halves_of(root: Path) -> list:
+    return [root.with_name(f"{root.name}-{tag}") for tag in "ab"]
+
+
 def run_mode(root: Path, mode: str, sections: list) -> dict:
+    """One mode on the class in ``root``.  ``halves``: two ``--serial`` runs side by side, each on half the class
+    (:func:`halves`), started together; its wall time is the later one's: the class split in two by hand.  Each half
+    pays the whole start (its own imports, fork server and canary), so on a small class it is slower than one run of
+    two workers; on a large one it shows what two notebooks graded side by side cost on this machine, with no
+    engine between them (:func:`bench.grading_bench.machine_parallelism` times a loop, which shares no cache)."""
     load0, steal0 = os.getloadavg()[0], stolen()
+    roots, name = ([root], mode) if mode != "halves" else (halves(root), "serial")
     with TreeCpu() as cpu:
         t = time.time()
-        p = subprocess.run([sys.executable, "-c", MODE, str(HERE), str(root), mode, ",".join(sections)],
-                           capture_output=True, text=True, cwd=HERE)
+        ps = [subprocess.Popen([sys.executable, "-c", MODE, str(HERE), str(r), name, ",".join(sections)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=HERE) for r in roots]
+        done = [(p, *p.communicate()) for p in ps]
         wall = time.time() - t
         reap_all()
     steal1 = stolen()
-    out = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 and p.stdout.strip() else {}
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu.seconds, 1), "cpu_by_kind": cpu.by_kind, "rc": p.returncode,
+    rc = max((d[0].returncode for d in done), key=abs)
+    outs = [json.loads(d[1].strip().splitlines()[-1]) if d[0].returncode == 0 and d[1].strip() else {} for d in done]
+    out = min(outs, key=lambda o: o.get("first_at") or float("inf"))   # (halves: the first to start its stream)
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu.seconds, 1), "cpu_by_kind": cpu.by_kind, "rc": rc,
             # when the stream of tasks started (the canaries first in it, the students beside them): the run's start
             "stream_start_s": round(out["stream_s"], 1) if out.get("stream_s") else None,
             # everything the run's processes spent until then (its start)
             "cpu_before_first_student_s": cpu.at(out["first_at"]) if out.get("first_at") else None,
             "load_before": round(load0, 2), "load_after": round(os.getloadavg()[0], 2),
             "stolen_s": round(steal1 - steal0, 1) if None not in (steal0, steal1) else None,
-            "stderr_tail": p.stderr[-600:] if p.returncode else ""}
+            "stderr_tail": "".join(d[2] for d in done)[-600:] if rc else ""}
+
+
+def halves_summary(runs: list, calm: list, speeds: list) -> dict:
+    """Where the rounds ran ``halves`` too: its speed-up over serial round by round (:func:`run_mode`), and the
+    parallel mode's wall time against it (the median of the calm rounds' ratios: above 1, faster than the class
+    split in two by hand)."""
+    if "halves" not in runs[0]:
+        return {}
+    own = [r["serial"]["wall_s"] / r["halves"]["wall_s"] for r in runs]
+    of = sorted(speeds[i] / own[i] for i in calm)
+    return {"halves_speed_up_each_round": [round(x, 2) for x in own],
+            "against_halves": round(statistics.median(of), 2)}
+
+
+def round_order(modes: list, n: int) -> list:
+    """The order the modes run in, in round ``n`` (from 0): as given, then reversed, and so on (ABBA).  A VM that
+    speeds up or slows down steadily over a run then favours neither mode over a pair of rounds (in one run of 22
+    the same serial class took 49.3, 54.5 and 59.6 s in turn, and Dask, always second, 34.5, 42.3 and 47.9 s)."""
+    return list(modes) if n % 2 == 0 else list(reversed(modes))
 
 
 def main(argv=None):
@@ -179,13 +227,16 @@ def main(argv=None):
     ap.add_argument("--sections", nargs="+", default=["02"])
     ap.add_argument("--per-section", type=int, default=22)
     ap.add_argument("--modes", default="nbgrader,serial,dask",
-                    help="nbgrader, serial, dask (./course grade: as many workers as cores) or daskN (N workers)")
+                    help="nbgrader, serial, dask (./course grade: as many workers as cores), daskN (N workers) or halves (two "
+                         "--serial runs side by side, each on half the class: the class split in two by hand)")
     ap.add_argument("--whole", action="store_true",
                     help="each submission the whole notebook a student hands in (demos and plots too), not slimmed "
                          "to its nbgrader cells")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="run the modes this many times, one after the other in turn (a VM's speed drifts by 15 %% "
-                         "within minutes: serial took 58.7 s and 50.5 s on the same class an hour apart); the "
+                    help="run the modes this many times, one after the other in turn, every other round in the "
+                         "opposite order (round_order: a VM's speed drifts by 15 %% within minutes, serial took 58.7 s "
+                         "and 50.5 s on the same class an hour apart, and the mode that always ran last would "
+                         "always meet the VM later); the "
                          "speed-up is the median round's, leaving out a round where the hypervisor took more than "
                          "5 %% of a mode's CPU time (steal in /proc/stat), unless every round is such")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
@@ -206,12 +257,15 @@ def main(argv=None):
         res["rounds"] = []
         for n in range(max(1, args.rounds)):
             this = {}
-            for mode in [m for m in args.modes.split(",") if m]:
+            for i, mode in enumerate(round_order([m for m in args.modes.split(",") if m], n)):
                 root = base / f"{mode}-{n}"
                 shutil.copytree(template, root)
                 r = run_mode(root, mode, sections)
-                got = scores(root, sections)
-                shutil.rmtree(root, ignore_errors=True)
+                r["ran"] = i + 1   # its place in the round
+                parts = halves_of(root) if mode == "halves" else [root]
+                got = {k: v for part in parts for k, v in scores(part, sections).items()}
+                for part in {root, *parts}:
+                    shutil.rmtree(part, ignore_errors=True)
                 ref = got if ref is None else ref
                 diff = sorted(k for k in set(got) | set(ref) if got.get(k) != ref.get(k))
                 r["same_scores_as_first_mode"] = not diff
@@ -247,6 +301,7 @@ def main(argv=None):
                           # each mode spends were spread as evenly as the ceiling allows (an upper bound)
                           "cpu_bound_speed_up": round(ceiling * m["serial"]["cpu_s"] / m[par]["cpu_s"], 2),
                           "speed_up_each_round": [round(x, 2) for x in speeds],
+                          **halves_summary(runs, calm, speeds),
                           "rounds_left_out_stolen": [i + 1 for i in range(len(runs)) if i not in calm]}
     print(json.dumps({k: res[k] for k in ("ceiling_before", "ceiling_after", "summary") if k in res}), flush=True)
     if args.out:
