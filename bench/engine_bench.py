@@ -6,16 +6,17 @@ The class is :func:`bench.grading_bench.build_class`'s: slimmed to the nbgrader 
 or with ``--whole`` each notebook whole, as students hand it in (its demos and plots run too: about twice the
 kernel's work a notebook on section 02).
 
-Modes: ``nbgrader`` (plain ``nbgrader autograde`` of the section, no canary: the reference), ``serial``
-(``./course grade --serial``: the engine's plain map in one process, canary included), ``dask`` (``./course grade``:
-the same tasks on a local Dask cluster of as many workers as cores, canary included), ``daskN`` (``--workers N``),
-``halves`` (two ``--serial`` runs side by side, each on half the class: the class split in two by hand).  Each
-mode runs in a child process of this one, which is the child subreaper of everything the mode starts (Dask's nannies and workers, fork servers,
-kernels) and samples every descendant's own CPU time every 0.1 s (:class:`TreeCpu`; a kernel inside its sandbox's
-PID namespace is killed with its sandbox, never reaped up the chain, so ``RUSAGE_CHILDREN`` would miss it): the
-CPU-seconds of the whole tree, whatever else the machine runs (wall time does not: other processes' load stretches
-it).  What a process spends in its last 0.1 s, and a process shorter than that, goes uncounted.  The machine's
-two-process ceiling (:func:`bench.grading_bench.machine_parallelism`) is measured in the same run, before and after.
+Modes: ``nbgrader`` (plain ``nbgrader autograde`` of the section, no canary: the reference), ``serial`` (``./course
+grade --serial``: the engine's plain map in one process, canary included), ``dask`` (``./course grade``: the same
+tasks on a local Dask cluster of as many workers as cores, canary included), ``daskN`` (``--workers N``), ``halves``
+(two ``--serial`` runs side by side, each on half the class: the class split in two by hand). Each mode runs in a
+child process of this one, which is the child subreaper of everything the mode starts (Dask's nannies and workers,
+fork servers, kernels) and samples every descendant's own CPU time every 0.1 s (:class:`TreeCpu`; a kernel inside its
+sandbox's PID namespace is killed with its sandbox, never reaped up the chain, so ``RUSAGE_CHILDREN`` would miss it):
+the CPU-seconds of the whole tree, whatever else the machine runs (wall time does not: other processes' load
+stretches it). What a process spends in its last 0.1 s, and a process shorter than that, goes uncounted. The
+machine's two-process ceiling (:func:`bench.grading_bench.machine_parallelism`) is measured in the same run, before
+and after.
 """
 from __future__ import annotations
 
@@ -158,19 +159,17 @@ def disturbed(modes: dict, cpus: int) -> bool:
 def halves(root: Path) -> list:
     """The class in two course folders beside ``root`` (``root``-a, ``root``-b), each with every other submission
     (in the order of their names, so that each half has its share of the slow faults)."""
-    out = []
-    for i, tag in enumerate("ab"):
-        dest = halves_of(root)[i]
+    out = halves_of(root)
+    students = sorted(p.name for p in (root / "submitted").iterdir())
+    for i, dest in enumerate(out):
         shutil.copytree(root, dest)
-        students = sorted(p.name for p in (dest / "submitted").iterdir())
-        for j, student in enumerate(students):
-            if j % 2 != i:
-                shutil.rmtree(dest / "submitted" / student)
-        out.append(dest)
+        for student in students[1 - i::2]:   # (the other half's)
+            shutil.rmtree(dest / "submitted" / student)
     return out
 
 
 def halves_of(root: Path) -> list:
+    """Where :func:`halves` puts the two halves of ``root``."""
     return [root.with_name(f"{root.name}-{tag}") for tag in "ab"]
 
 
@@ -210,7 +209,7 @@ def halves_summary(runs: list, calm: list, speeds: list) -> dict:
     if "halves" not in runs[0]:
         return {}
     own = [r["serial"]["wall_s"] / r["halves"]["wall_s"] for r in runs]
-    of = sorted(speeds[i] / own[i] for i in calm)
+    of = [speeds[i] / own[i] for i in calm]
     return {"halves_speed_up_each_round": [round(x, 2) for x in own],
             "against_halves": round(statistics.median(of), 2)}
 
@@ -227,18 +226,19 @@ def main(argv=None):
     ap.add_argument("--sections", nargs="+", default=["02"])
     ap.add_argument("--per-section", type=int, default=22)
     ap.add_argument("--modes", default="nbgrader,serial,dask",
-                    help="nbgrader, serial, dask (./course grade: as many workers as cores), daskN (N workers) or halves (two "
-                         "--serial runs side by side, each on half the class: the class split in two by hand)")
+                    help="nbgrader, serial, dask (./course grade: as many workers as cores), daskN (N workers) or "
+                         "halves (two --serial runs side by side, each on half the class: the class split in two by "
+                         "hand)")
     ap.add_argument("--whole", action="store_true",
                     help="each submission the whole notebook a student hands in (demos and plots too), not slimmed "
                          "to its nbgrader cells")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the modes this many times, one after the other in turn, every other round in the "
-                         "opposite order (round_order: a VM's speed drifts by 15 %% within minutes, serial took 58.7 s "
-                         "and 50.5 s on the same class an hour apart, and the mode that always ran last would "
-                         "always meet the VM later); the "
-                         "speed-up is the median round's, leaving out a round where the hypervisor took more than "
-                         "5 %% of a mode's CPU time (steal in /proc/stat), unless every round is such")
+                         "opposite order (round_order: a VM's speed drifts by 15 %% within minutes, serial took "
+                         "58.7 s and 50.5 s on the same class an hour apart, and the mode that always ran last would "
+                         "always meet the VM later); the speed-up is the median round's, leaving out a round where "
+                         "the hypervisor took more than 5 %% of a mode's CPU time (steal in /proc/stat), unless every "
+                         "round is such")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(HERE))

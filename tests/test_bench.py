@@ -40,4 +40,3 @@ def test_the_cpu_meter_counts_this_process():
             spent = CpuMeter._own() - start   # as the meter computes it: its reading at the end is no smaller
     assert own.own >= spent >= 0.3, (own.own, spent)
     assert own.seconds >= own.own - TICKS, (own.seconds, own.own)
-
